@@ -1,0 +1,27 @@
+"""graphopt: compile einsum computation graphs into fast, memory-planned plans.
+
+See DESIGN §2 for the public API; everything public is exported here."""
+
+from .compiler import compile
+from .errors import DTypeError, EinsumError, GraphError, InputError, ShapeError
+from .graph import (Graph, Tensor, abs, add, astype, broadcast_to, conj, cos, div, einsum,
+                    equal, exp, gelu, greater, greater_equal, imag, less, less_equal, log,
+                    logsumexp, matmul, max, maximum, mean, min, minimum, mul, neg, not_equal,
+                    pow, real, reciprocal, relu, reshape, sigmoid, sin, softmax, sqrt, square,
+                    sub, sum, tanh, transpose, where)
+from .jit import contract, jit
+from .plan import Plan
+from .report import OptimizationReport
+from .serialize import load, save
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Graph", "Tensor", "Plan", "OptimizationReport", "compile", "jit", "contract", "save",
+    "load", "GraphError", "ShapeError", "DTypeError", "EinsumError", "InputError",
+    "einsum", "matmul", "exp", "log", "sqrt", "abs", "neg", "tanh", "sigmoid", "relu", "gelu",
+    "sin", "cos", "square", "reciprocal", "conj", "real", "imag", "add", "sub", "mul", "div",
+    "pow", "maximum", "minimum", "where", "equal", "not_equal", "less", "less_equal",
+    "greater", "greater_equal", "sum", "max", "min", "mean", "softmax", "logsumexp",
+    "reshape", "transpose", "broadcast_to", "astype",
+]

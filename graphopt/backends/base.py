@@ -1,0 +1,117 @@
+"""The backend protocol and registry (DESIGN §5).
+
+A backend turns IR nodes into kernels, owns device memory (arena buffers, views, transfers)
+and supplies the profiler's clock. ``available()`` is cheap and imports nothing heavy.
+"""
+
+from __future__ import annotations
+
+import time
+
+import networkx as nx
+import numpy as np
+
+from ..errors import GraphError
+from ..plan import Kernel
+
+
+class Backend:
+    """Base class: host (NumPy) memory; subclasses override what differs."""
+
+    name = "base"
+    install_hint = ""
+    oom_errors: tuple = (MemoryError,)
+
+    def __init__(self, **options):
+        self.options = options
+        self._pool = None
+
+    # -- availability -----------------------------------------------------------------------
+    @classmethod
+    def available(cls) -> bool:
+        return True
+
+    # -- memory -----------------------------------------------------------------------------
+    @property
+    def pool(self):
+        if self._pool is None:
+            from ..pool import TensorPool
+
+            self._pool = TensorPool(self)
+        return self._pool
+
+    def alloc(self, nbytes: int):
+        """A 1-d uint8 buffer of ``nbytes`` (the arena)."""
+        return np.empty(max(nbytes, 1), dtype=np.uint8)
+
+    def view(self, buf, offset: int, shape, dtype):
+        """A C-contiguous array of ``shape``/``dtype`` at byte ``offset`` of ``buf``."""
+        dt = np.dtype(dtype)
+        n = int(np.prod(shape, dtype=np.int64)) * dt.itemsize
+        return buf[offset:offset + n].view(dt).reshape(shape)
+
+    def empty(self, shape, dtype):
+        return np.empty(shape, dtype=dtype)
+
+    def asarray(self, a):
+        """Input array as this backend computes on it (host->device where needed)."""
+        return a
+
+    def constant(self, value: np.ndarray):
+        return value
+
+    def finish(self, results: list, options: dict) -> list:
+        """Outputs as returned to the user (device->host where asked)."""
+        return results
+
+    def release_cached(self) -> None:
+        """Free memory the backend itself caches (called by the pool on out-of-memory)."""
+
+    # -- timing -----------------------------------------------------------------------------
+    def synchronize(self) -> None:
+        """Wait for queued work (a no-op on synchronous backends)."""
+
+    def now_ns(self) -> int:
+        return time.perf_counter_ns()
+
+    # -- kernels ----------------------------------------------------------------------------
+    def kernel(self, G: nx.MultiDiGraph, n: int, ctx) -> Kernel:
+        raise NotImplementedError
+
+    def copy_kernel(self, shape, dtype) -> Kernel:
+        def copy(args, out):
+            out[...] = args[0]
+            return out
+        return Kernel("copy", copy, "out[...] = x", impl="copy")
+
+    def build_plan(self, G: nx.MultiDiGraph, source_graph: nx.MultiDiGraph, ctx, report):
+        """Lower an optimized IR to a Plan (generic lowering; a backend may replace it)."""
+        from ..lowering import lower
+
+        return lower(G, source_graph, self, ctx, report)
+
+
+BACKENDS: dict[str, type[Backend]] = {}
+
+
+def register_backend(cls: type[Backend]) -> type[Backend]:
+    """Class decorator: make a backend available to ``compile(backend=name)``."""
+    if cls.name in BACKENDS:
+        raise ValueError(f"backend {cls.name!r} is already registered")
+    BACKENDS[cls.name] = cls
+    return cls
+
+
+_instances: dict[str, Backend] = {}
+
+
+def get_backend(name: str) -> Backend:
+    """The shared instance of backend ``name``; raises ``GraphError`` if unknown or absent."""
+    if name not in BACKENDS:
+        raise GraphError(f"unknown backend {name!r}; valid backends: {', '.join(sorted(BACKENDS))}")
+    cls = BACKENDS[name]
+    if not cls.available():
+        raise GraphError(f"backend {name!r} is not available here: {cls.install_hint}")
+    if name not in _instances:
+        _instances[name] = cls()
+    return _instances[name]

@@ -1,0 +1,147 @@
+"""``compile()``: IR -> pass pipeline -> lowering -> ``Plan``, with a compile cache.
+
+The cache keys on the graph's structural hash plus every compile option, so compiling
+the same graph again (or the same function traced again) returns the plan already built.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+import warnings
+from collections import OrderedDict
+
+import networkx as nx
+
+from . import ir
+from .backends import BACKENDS, get_backend
+from .errors import GraphError
+from .graph import Graph
+from .passes.manager import PassContext, PassManager, pipeline_for
+from .report import OptimizationReport
+
+_CACHE: "OrderedDict[tuple, object]" = OrderedDict()
+_CACHE_SIZE = 256
+_cache_lock = threading.Lock()
+_warned_fallback = False
+
+
+def clear_cache() -> None:
+    """Forget every cached plan."""
+    with _cache_lock:
+        _CACHE.clear()
+
+
+def resolve_backend(backend: str) -> str:
+    """``"auto"`` is numba where it is installed, else the numpy reference (one warning)."""
+    global _warned_fallback
+    if backend != "auto":
+        get_backend(backend)  # raises with an install hint if unknown/unavailable
+        return backend
+    if "numba" in BACKENDS and BACKENDS["numba"].available():
+        return "numba"
+    if not _warned_fallback:
+        warnings.warn("graphopt: numba is not installed, running on the numpy reference "
+                      "backend (pip install numba for compiled kernels)", stacklevel=3)
+        _warned_fallback = True
+    return "numpy"
+
+
+def _as_ir(graph) -> nx.MultiDiGraph:
+    if isinstance(graph, Graph):
+        return graph.to_ir()
+    if isinstance(graph, nx.MultiDiGraph):
+        G = ir.copy_graph(graph)
+        ir.verify(G)
+        return G
+    raise GraphError(f"compile() takes a go.Graph (or an IR graph), got {type(graph).__name__}")
+
+
+def _check_memory_limit(memory_limit):
+    if memory_limit is None:
+        return None
+    if isinstance(memory_limit, bool) or not isinstance(memory_limit, (int, float)) or \
+            not math.isfinite(memory_limit) or memory_limit <= 0:
+        raise GraphError(f"memory_limit must be a positive, finite number of bytes, got "
+                         f"{memory_limit!r}")
+    return int(memory_limit)
+
+
+def _option_key(v):
+    if isinstance(v, (str, int, float, bool, type(None))):
+        return v
+    if isinstance(v, (list, tuple)):
+        return tuple(_option_key(x) for x in v)
+    if isinstance(v, (set, frozenset)):
+        return tuple(sorted(map(repr, v)))
+    if isinstance(v, dict):
+        return tuple(sorted((k, _option_key(x)) for k, x in v.items()))
+    return None  # uncacheable (an object whose identity matters)
+
+
+def compile(graph, backend: str = "auto", opt_level: int = 2, memory_limit=None,
+            optimize="auto", passes=None, disable=(), cache: bool = True, debug: bool | None = None,
+            **options):
+    """Compile a graph into a ``Plan``.
+
+    Args:
+        graph: a ``go.Graph`` with outputs set.
+        backend: "auto" (numba if installed, else numpy), "numba", "cupy", "dask", "numpy".
+        opt_level: 0 verify and lower op by op; 1 + simplify, CSE, DCE; 2 + contraction
+            ordering, fusion, scheduling, memory planning; 3 + autotuning on real timings.
+        memory_limit: bytes; the largest intermediate a contraction may create.
+        optimize: contraction path search ("auto", "greedy", "optimal", "dp", or an
+            opt_einsum PathOptimizer).
+        passes: run these passes (callables or registered names) instead of the pipeline.
+        disable: pass names to skip.
+        cache: reuse a plan compiled before with the same graph and options.
+        debug: check every pass against the interpreter on random inputs.
+        **options: backend options (e.g. ``fast_math=False``, ``cuda_graph=True``).
+
+    Returns:
+        Plan: call it with the graph's inputs; ``plan.report`` says what was done.
+    """
+    t0 = time.perf_counter()
+    G = _as_ir(graph)
+    if isinstance(opt_level, bool) or opt_level not in (0, 1, 2, 3):
+        raise GraphError(f"opt_level must be 0, 1, 2 or 3, got {opt_level!r}")
+    memory_limit = _check_memory_limit(memory_limit)
+    backend_name = resolve_backend(backend)
+    if isinstance(disable, str):
+        disable = {disable}
+    pass_list = list(passes) if passes is not None else pipeline_for(opt_level)
+    key = (ir.structural_hash(G), backend_name, opt_level, memory_limit, _option_key(optimize),
+           _option_key([p if isinstance(p, str) else None for p in pass_list]),
+           _option_key(set(disable)), _option_key(options), debug)
+    cacheable = cache and None not in _flatten(key)
+    if cacheable:
+        with _cache_lock:
+            if key in _CACHE:
+                _CACHE.move_to_end(key)
+                return _CACHE[key]
+
+    ctx = PassContext(opt_level=opt_level, memory_limit=memory_limit, optimize=optimize,
+                      backend=backend_name, options=dict(options), debug=bool(debug))
+    source = ir.copy_graph(G)
+    optimized, records = PassManager(pass_list, disable=disable, debug=debug).run(G, ctx)
+    report = OptimizationReport.build(name=G.graph.get("name", "graph"), backend=backend_name,
+                                      opt_level=opt_level, records=records,
+                                      source_graph=source, graph=optimized)
+    plan = get_backend(backend_name).build_plan(optimized, source, ctx, report)
+    report.attach_plan(plan)
+    report.compile_seconds = time.perf_counter() - t0
+    if cacheable:
+        with _cache_lock:
+            _CACHE[key] = plan
+            while len(_CACHE) > _CACHE_SIZE:
+                _CACHE.popitem(last=False)
+    return plan
+
+
+def _flatten(v):
+    if isinstance(v, tuple):
+        for x in v:
+            yield from _flatten(x)
+    else:
+        yield v

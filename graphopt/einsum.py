@@ -1,0 +1,267 @@
+"""Einsum equations: parsing, validation, the explicit IR form, and a canonical form for CSE.
+
+In the IR every einsum equation is *explicit* (it has ``->``), has no ``...`` (ellipsis
+dimensions are expanded into fresh labels) and has one size per label (operands whose
+size-1 dimensions NumPy would broadcast get an explicit ``broadcast_to`` first). Labels are
+any single Unicode letter, as opt_einsum allows.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+from opt_einsum.parser import get_symbol
+
+from .errors import EinsumError
+
+_ASCII = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+
+
+@dataclass(frozen=True)
+class EinsumSpec:
+    """A parsed, validated equation in IR form.
+
+    Attributes:
+        inputs: one term per operand, ellipsis expanded.
+        output: the output term.
+        sizes: the size of every label.
+        broadcast: per operand, the shape it must be broadcast to first, or None.
+    """
+
+    inputs: tuple[str, ...]
+    output: str
+    sizes: dict
+    broadcast: tuple
+
+    @property
+    def equation(self) -> str:
+        return ",".join(self.inputs) + "->" + self.output
+
+    @property
+    def output_shape(self) -> tuple[int, ...]:
+        return tuple(self.sizes[c] for c in self.output)
+
+
+def split(equation: str) -> tuple[list[str], str]:
+    """Split an explicit IR equation into its input terms and output term."""
+    lhs, out = equation.split("->")
+    return lhs.split(","), out
+
+
+def _check_label(c: str, equation: str) -> None:
+    if not c.isalpha():
+        raise EinsumError(f"invalid index label {c!r} in equation {equation!r}: labels are "
+                          "letters (ASCII or any other Unicode letter), '...' or ','")
+
+
+def _fresh_labels(used: set, n: int) -> list[str]:
+    out, i = [], 0
+    while len(out) < n:
+        s = get_symbol(i)
+        if s not in used:
+            out.append(s)
+        i += 1
+    return out
+
+
+def parse(equation: str, shapes: Sequence[Sequence[int]]) -> EinsumSpec:
+    """Validate ``equation`` against operand ``shapes`` and return its IR form.
+
+    Follows ``numpy.einsum``: implicit output (labels seen once, in code-point order, after
+    the ellipsis dims), ``...`` broadcasting, repeated labels (traces/diagonals), and size-1
+    broadcasting of a label against a larger size.
+
+    Raises:
+        EinsumError: naming the equation and the operand shapes.
+    """
+    if not isinstance(equation, str):
+        raise EinsumError(f"equation must be a str, got {type(equation).__name__}")
+    eq = equation.replace(" ", "")
+    shapes = [tuple(int(d) for d in s) for s in shapes]
+    where = f"equation {equation!r} with operand shapes {shapes}"
+    if eq.count("->") > 1:
+        raise EinsumError(f"more than one '->' in {where}")
+    explicit = "->" in eq
+    lhs, rhs = eq.split("->") if explicit else (eq, None)
+    terms = lhs.split(",")
+    if len(terms) != len(shapes):
+        raise EinsumError(f"{len(terms)} operand term(s) but {len(shapes)} operand(s) in {where}")
+    for t in terms + ([rhs] if rhs is not None else []):
+        body = t.replace("...", "")
+        if "." in body:
+            raise EinsumError(f"stray '.' (only '...' is allowed) in {where}")
+        if t.count("...") > 1:
+            raise EinsumError(f"more than one '...' in a term of {where}")
+        for c in body:
+            _check_label(c, equation)
+
+    # Expand ellipses into fresh labels, right-aligned as NumPy broadcasting aligns them.
+    used = set(eq) - set(",.->")
+    ell_ranks = []
+    for t, s in zip(terms, shapes):
+        named = len(t.replace("...", ""))
+        if "..." in t:
+            if len(s) < named:
+                raise EinsumError(f"term {t!r} names {named} dims but its operand has shape {s}"
+                                  f" in {where}")
+            ell_ranks.append(len(s) - named)
+        else:
+            if len(s) != named:
+                raise EinsumError(f"term {t!r} has {named} labels but its operand has "
+                                  f"{len(s)} dims (shape {s}) in {where}")
+            ell_ranks.append(0)
+    n_ell = max(ell_ranks, default=0)
+    ell = _fresh_labels(used, n_ell)
+    expanded = []
+    for t, k in zip(terms, ell_ranks):
+        expanded.append(t.replace("...", "".join(ell[n_ell - k:])) if "..." in t else t)
+
+    sizes: dict[str, int] = {}
+    for t, s in zip(expanded, shapes):
+        for c, d in zip(t, s):
+            if c in sizes and sizes[c] != d:
+                if sizes[c] == 1:
+                    sizes[c] = d
+                elif d != 1:
+                    raise EinsumError(f"label {c!r} has size {sizes[c]} and {d} in {where}")
+            else:
+                sizes.setdefault(c, d)
+    for t, s in zip(expanded, shapes):
+        for c, d in zip(t, s):
+            if t.count(c) > 1 and d != sizes[c]:
+                raise EinsumError(f"repeated label {c!r} in term {t!r} has sizes that differ "
+                                  f"(shape {s}) in {where}")
+
+    if rhs is None:
+        counts: dict[str, int] = {}
+        for t in terms:
+            for c in t.replace("...", ""):
+                counts[c] = counts.get(c, 0) + 1
+        out = "".join(ell) + "".join(sorted(c for c, n in counts.items() if n == 1))
+    else:
+        # Without '...' in the output, ellipsis dims are summed over, as in NumPy.
+        out = rhs.replace("...", "".join(ell))
+        all_labels = set("".join(expanded))
+        for c in out:
+            if c not in all_labels:
+                raise EinsumError(f"output label {c!r} does not appear in any input of {where}")
+        if len(set(out)) != len(out):
+            raise EinsumError(f"output {rhs!r} repeats a label in {where}")
+
+    broadcast = []
+    for t, s in zip(expanded, shapes):
+        full = tuple(sizes[c] for c in t)
+        broadcast.append(full if full != s else None)
+    return EinsumSpec(tuple(expanded), out, sizes, tuple(broadcast))
+
+
+def interleaved_to_equation(args: Sequence) -> tuple[str, list]:
+    """Convert NumPy's interleaved form ``(a, [0, 1], b, [1, 2], [0, 2])`` to ``(eq, operands)``.
+
+    Sublist entries are ints (mapped to opt_einsum symbols) or ``Ellipsis``.
+    """
+    args = list(args)
+    operands, terms = [], []
+    out = None
+    if len(args) % 2 == 1:
+        out = args.pop()
+    for i in range(0, len(args), 2):
+        operands.append(args[i])
+        terms.append(args[i + 1])
+
+    def term(sub) -> str:
+        try:
+            items = list(sub)
+        except TypeError:
+            raise EinsumError(f"interleaved einsum expects sublists of ints, got {sub!r}") from None
+        chars = []
+        for v in items:
+            if v is Ellipsis:
+                chars.append("...")
+            elif isinstance(v, (int, np.integer)) and not isinstance(v, bool) and v >= 0:
+                chars.append(get_symbol(int(v)))
+            else:
+                raise EinsumError(f"interleaved einsum sublist entries must be non-negative "
+                                  f"ints or Ellipsis, got {v!r}")
+        return "".join(chars)
+
+    eq = ",".join(term(t) for t in terms)
+    if out is not None:
+        eq += "->" + term(out)
+    return eq, operands
+
+
+def canonical_labels(inputs: Sequence[str], output: str) -> str:
+    """Rename labels in order of first appearance (inputs, then output): ``xy,yz->xz`` and
+    ``ij,jk->ik`` both become ``ab,bc->ac``."""
+    mapping: dict[str, str] = {}
+    for c in "".join(inputs) + output:
+        if c not in mapping:
+            mapping[c] = get_symbol(len(mapping))
+    return ",".join("".join(mapping[c] for c in t) for t in inputs) + "->" + \
+        "".join(mapping[c] for c in output)
+
+
+def _term_pattern(term: str) -> str:
+    """A term's shape of repetition, independent of label names: ``iji`` -> ``aba``."""
+    return canonical_labels([term], "").split("->")[0]
+
+
+def canonical_form(equation: str, operand_keys: Sequence) -> tuple[tuple[int, ...], str]:
+    """Canonical form of an IR equation whose operands are identified by ``operand_keys``.
+
+    Returns ``(order, canonical_equation)``: applying ``canonical_equation`` to the
+    operands taken in ``order`` is the same contraction as the original. Operand order
+    (einsum is commutative) and label names do not change the result, so CSE can compare
+    ``ij,jk->ik`` on (a, b) with ``jk,ij->ik`` on (b, a).
+    """
+    inputs, output = split(equation)
+    order = sorted(range(len(inputs)),
+                   key=lambda i: (str(operand_keys[i]), _term_pattern(inputs[i]), i))
+    # Ties between equal keys and patterns: settle them by the renamed equation itself.
+    eq = canonical_labels([inputs[i] for i in order], output)
+    return tuple(order), eq
+
+
+def to_ascii(equation: str) -> str:
+    """Map the labels of an equation with at most 52 distinct labels onto ASCII letters, as
+    ``numpy.einsum`` requires."""
+    labels = sorted(set(equation) - set(",->"), key=equation.index)
+    if all(c in _ASCII for c in labels):
+        return equation
+    if len(labels) > len(_ASCII):
+        raise EinsumError(f"a single einsum step with {len(labels)} distinct labels cannot run "
+                          "on numpy.einsum (52 at most)")
+    table = {c: _ASCII[i] for i, c in enumerate(labels)}
+    return "".join(table.get(c, c) for c in equation)
+
+
+def evaluate(equation: str, arrays: Sequence[np.ndarray]) -> np.ndarray:
+    """Reference evaluation of an IR equation: ``numpy.einsum`` for one or two operands,
+    opt_einsum's pairwise contraction beyond that (NumPy caps the operand count)."""
+    if len(arrays) <= 2:
+        return np.asarray(np.einsum(to_ascii(equation), *arrays))
+    import opt_einsum
+
+    return np.asarray(opt_einsum.contract(equation, *arrays, optimize="greedy"))
+
+
+def pairwise_flops(equation: str, sizes: dict) -> int:
+    """FLOPs of the equation contracted left to right, pairwise, as opt_einsum counts them."""
+    from opt_einsum.helpers import flop_count
+
+    inputs, output = split(equation)
+    total = 0
+    current = inputs[0]
+    if len(inputs) == 1:
+        idx = set(current)
+        return flop_count(idx, bool(idx - set(output)), 1, sizes)
+    for k, nxt in enumerate(inputs[1:], start=1):
+        rest = set("".join(inputs[k + 1:])) | set(output)
+        both = set(current) | set(nxt)
+        keep = "".join(c for c in dict.fromkeys(current + nxt) if c in rest)
+        total += flop_count(both, bool(both - set(keep)), 2, sizes)
+        current = keep
+    return total

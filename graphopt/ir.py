@@ -1,0 +1,226 @@
+"""The IR: a ``networkx.MultiDiGraph`` with one node per op (DESIGN §3).
+
+Node attributes: ``op`` (str), ``shape`` (tuple of ints), ``dtype`` (numpy dtype name),
+``attrs`` (dict), ``name`` (optional) and ``src`` (the user's ``file:line``). Operand ``k`` of
+a node is an in-edge with ``arg=k``; ``x * x`` has two edges. Graph attributes ``inputs`` and
+``outputs`` list node ids in declared order; ``output_structure`` says how ``outputs`` map
+back onto what the user passed to ``g.output`` (one tensor, a tuple/list, or a dict).
+Passes may leave ``schedule`` (an execution order) and ``memory_plan`` in the graph
+attributes; a pass that changes nodes drops them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from typing import Iterable
+
+import networkx as nx
+import numpy as np
+
+from . import ops
+from .errors import GraphError
+
+NODE_KEYS = ("op", "shape", "dtype", "attrs", "src")
+# Graph attributes that describe one particular node numbering/order; they are derived
+# facts that a structural change invalidates.
+DERIVED_GRAPH_ATTRS = ("schedule", "memory_plan")
+
+
+def new_graph(name: str = "graph") -> nx.MultiDiGraph:
+    G = nx.MultiDiGraph()
+    G.graph.update(name=name, inputs=[], outputs=[], output_structure={"kind": "tensor"},
+                   next_id=0)
+    return G
+
+
+def add_node(G: nx.MultiDiGraph, op: str, operands: Iterable[int], shape, dtype, attrs=None,
+             *, name: str | None = None, src: str | None = None) -> int:
+    """Append a node with its operand edges; returns the new node id."""
+    nid = G.graph.get("next_id", 0)
+    while nid in G:
+        nid += 1
+    G.graph["next_id"] = nid + 1
+    G.add_node(nid, op=op, shape=tuple(int(d) for d in shape), dtype=ops.canonical_dtype(dtype),
+               attrs=dict(attrs or {}), src=src)
+    if name is not None:
+        G.nodes[nid]["name"] = name
+    for k, u in enumerate(operands):
+        G.add_edge(u, nid, arg=k)
+    return nid
+
+
+def add_op(G: nx.MultiDiGraph, op: str, operands: list[int], attrs=None, *,
+           src: str | None = None, name: str | None = None) -> int:
+    """Append a node whose shape and dtype are inferred by the op's rule."""
+    shapes = [G.nodes[u]["shape"] for u in operands]
+    dtypes = [G.nodes[u]["dtype"] for u in operands]
+    attrs = dict(attrs or {})
+    try:
+        shape, dtype = ops.infer(op, shapes, dtypes, attrs)
+    except GraphError as e:
+        raise e.located(src=src) from None
+    return add_node(G, op, operands, shape, dtype, attrs, src=src, name=name)
+
+
+def operands(G: nx.MultiDiGraph, n: int) -> list[int]:
+    """Operand node ids of ``n`` in argument order."""
+    edges = sorted(G.in_edges(n, data="arg"), key=lambda e: e[2])
+    return [u for u, _, _ in edges]
+
+
+def users(G: nx.MultiDiGraph, n: int) -> list[int]:
+    """Distinct nodes that use ``n`` as an operand."""
+    return list(dict.fromkeys(G.successors(n)))
+
+
+def topo_order(G: nx.MultiDiGraph) -> list[int]:
+    """A deterministic topological order (smallest node id first among ready nodes)."""
+    return list(nx.lexicographical_topological_sort(G))
+
+
+def copy_graph(G: nx.MultiDiGraph) -> nx.MultiDiGraph:
+    """A copy whose node/graph attribute dicts can be changed without touching ``G``.
+
+    Constant arrays and fused sub-graphs are shared (nothing mutates them in place)."""
+    H = nx.MultiDiGraph()
+    H.graph.update({k: (list(v) if isinstance(v, list) else dict(v) if isinstance(v, dict)
+                        else v) for k, v in G.graph.items()})
+    for n, d in G.nodes(data=True):
+        nd = dict(d)
+        nd["attrs"] = dict(d["attrs"])
+        H.add_node(n, **nd)
+    H.add_edges_from(G.edges(keys=True, data=True))
+    return H
+
+
+def replace_uses(G: nx.MultiDiGraph, old: int, new: int) -> None:
+    """Redirect every use of ``old`` (operand edges and graph outputs) to ``new``."""
+    for _, v, key, arg in list(G.out_edges(old, keys=True, data="arg")):
+        G.remove_edge(old, v, key)
+        G.add_edge(new, v, arg=arg)
+    G.graph["outputs"] = [new if o == old else o for o in G.graph["outputs"]]
+
+
+def nbytes(G: nx.MultiDiGraph, n: int) -> int:
+    d = G.nodes[n]
+    return math.prod(d["shape"]) * np.dtype(d["dtype"]).itemsize
+
+
+def drop_derived(G: nx.MultiDiGraph) -> None:
+    for k in DERIVED_GRAPH_ATTRS:
+        G.graph.pop(k, None)
+
+
+# ----------------------------------------------------------------------------------- verify
+
+
+def _fail(G, n, msg, pass_name=None):
+    d = G.nodes[n] if n in G else {}
+    extra = f" (after pass '{pass_name}')" if pass_name else ""
+    raise GraphError(msg + extra, op=d.get("op"), src=d.get("src"), node=n)
+
+
+def verify(G: nx.MultiDiGraph, *, pass_name: str | None = None) -> None:
+    """Check every IR invariant; raise ``GraphError`` naming the node, op and source line.
+
+    Invariants: acyclic; int node ids; the node schema; a registered op; operand args
+    contiguous 0..n-1 with the op's arity; shape and dtype equal to what the op's rule
+    infers; ``inputs`` are ``input`` nodes and every ``input`` node is listed; outputs
+    exist; a ``schedule``, if present, is a topological order of all nodes.
+    """
+    where = f" (after pass '{pass_name}')" if pass_name else ""
+    if not isinstance(G, nx.MultiDiGraph):
+        raise GraphError(f"IR must be a networkx.MultiDiGraph, got {type(G).__name__}{where}")
+    if not nx.is_directed_acyclic_graph(G):
+        cycle = nx.find_cycle(G)
+        raise GraphError(f"IR has a cycle through nodes {[e[0] for e in cycle]}{where}")
+    for n, d in G.nodes(data=True):
+        if not isinstance(n, int) or isinstance(n, bool):
+            raise GraphError(f"node id {n!r} is not an int{where}")
+        for k in NODE_KEYS:
+            if k not in d:
+                _fail(G, n, f"node is missing attribute {k!r}", pass_name)
+        if d["op"] not in ops.OPS:
+            _fail(G, n, f"unknown op {d['op']!r}", pass_name)
+        args = sorted(a for _, _, a in G.in_edges(n, data="arg"))
+        if args != list(range(len(args))):
+            _fail(G, n, f"operand args {args} are not 0..{len(args) - 1}", pass_name)
+        opdef = ops.OPS[d["op"]]
+        if d["op"] == "input":
+            if args:
+                _fail(G, n, "input node has operands", pass_name)
+            continue
+        try:
+            shape, dtype = ops.infer(d["op"], [G.nodes[u]["shape"] for u in operands(G, n)],
+                                     [G.nodes[u]["dtype"] for u in operands(G, n)], d["attrs"])
+        except GraphError as e:
+            _fail(G, n, e.detail, pass_name)
+        if opdef.arity is not None and len(args) != opdef.arity:
+            _fail(G, n, f"has {len(args)} operands, op takes {opdef.arity}", pass_name)
+        if tuple(d["shape"]) != shape or d["dtype"] != dtype:
+            _fail(G, n, f"recorded {tuple(d['shape'])} {d['dtype']} but the op's rule gives "
+                        f"{shape} {dtype}", pass_name)
+    ins = G.graph.get("inputs", [])
+    for i in ins:
+        if i not in G or G.nodes[i]["op"] != "input":
+            raise GraphError(f"graph input {i!r} is not an input node{where}")
+    listed = set(ins)
+    for n, d in G.nodes(data=True):
+        if d["op"] == "input" and n not in listed:
+            _fail(G, n, "input node is not listed in the graph's inputs", pass_name)
+    outs = G.graph.get("outputs", [])
+    if not outs:
+        raise GraphError(f"graph has no outputs (call g.output(...)){where}")
+    for o in outs:
+        if o not in G:
+            raise GraphError(f"graph output {o!r} is not a node{where}")
+    sched = G.graph.get("schedule")
+    if sched is not None:
+        pos = {n: i for i, n in enumerate(sched)}
+        if set(pos) != set(G.nodes) or len(pos) != len(sched):
+            raise GraphError(f"schedule does not list every node exactly once{where}")
+        for u, v in G.edges():
+            if pos[u] >= pos[v]:
+                raise GraphError(f"schedule runs node {v} before its operand {u}{where}")
+
+
+# -------------------------------------------------------------------------- structural hash
+
+
+def _attr_token(v) -> str:
+    if isinstance(v, nx.MultiDiGraph):
+        return "G" + structural_hash(v)
+    if isinstance(v, np.ndarray) or isinstance(v, np.generic):
+        a = np.ascontiguousarray(v)
+        return f"A{a.dtype.str}{a.shape}{hashlib.sha256(a.tobytes()).hexdigest()}"
+    if isinstance(v, dict):
+        return "{" + ",".join(f"{k!r}:{_attr_token(v[k])}" for k in sorted(v, key=repr)) + "}"
+    if isinstance(v, (list, tuple)):
+        return "[" + ",".join(_attr_token(x) for x in v) + "]"
+    return repr(v)
+
+
+def node_hashes(G: nx.MultiDiGraph) -> dict[int, str]:
+    """Per node, a hash of its op, attributes, type and (recursively) its operands: equal
+    hashes mean structurally equal computations. Inputs hash by name and position."""
+    pos = {n: i for i, n in enumerate(G.graph.get("inputs", []))}
+    out: dict[int, str] = {}
+    for n in topo_order(G):
+        d = G.nodes[n]
+        parts = [d["op"], repr(tuple(d["shape"])), d["dtype"], _attr_token(d["attrs"])]
+        if d["op"] == "input":
+            parts += [repr(d.get("name")), repr(pos.get(n))]
+        parts += [out[u] for u in operands(G, n)]
+        out[n] = hashlib.sha256("|".join(parts).encode()).hexdigest()
+    return out
+
+
+def structural_hash(G: nx.MultiDiGraph) -> str:
+    """A hash stable across processes and node renumbering (not across op/attr changes)."""
+    h = node_hashes(G)
+    parts = ["in:" + ",".join(h[i] for i in G.graph.get("inputs", [])),
+             "out:" + ",".join(h[o] for o in G.graph.get("outputs", [])),
+             "struct:" + _attr_token(G.graph.get("output_structure")),
+             "all:" + ",".join(sorted(h.values()))]
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()

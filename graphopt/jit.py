@@ -1,0 +1,134 @@
+"""``@go.jit`` (trace a function into a Graph per input signature) and ``go.contract``."""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import threading
+from collections import OrderedDict
+
+import numpy as np
+
+from .errors import GraphError
+from .graph import Graph, Tensor, einsum, tracing
+
+
+def _is_array(x) -> bool:
+    return hasattr(x, "shape") and hasattr(x, "dtype") and not isinstance(x, Tensor)
+
+
+def jit(fn=None, **compile_kwargs):
+    """Trace ``fn`` on its first call per (shapes, dtypes) into a Graph, compile and cache it.
+
+    Array arguments become graph inputs (named after the parameters); other arguments are
+    static: part of the cache key and baked into the graph. ``fn`` returns a Tensor, a
+    tuple/list of them or a dict, and the call returns the same structure of arrays.
+    ``wrapper.plan_for(*args)`` returns the plan a call would run.
+    """
+    if fn is None:
+        return lambda f: jit(f, **compile_kwargs)
+    sig = inspect.signature(fn)
+    plans: OrderedDict = OrderedDict()
+    lock = threading.Lock()
+
+    def signature_of(args, kwargs):
+        bound = sig.bind(*args, **kwargs)
+        bound.apply_defaults()
+        arrays, key = [], []
+        for pname, v in bound.arguments.items():
+            kind = sig.parameters[pname].kind
+            items = (list(enumerate(v)) if kind == inspect.Parameter.VAR_POSITIONAL else
+                     list(v.items()) if kind == inspect.Parameter.VAR_KEYWORD else [(None, v)])
+            for sub, x in items:
+                name = pname if sub is None else f"{pname}_{sub}"
+                if _is_array(x):
+                    arrays.append((name, x))
+                    key.append((name, tuple(x.shape), np.dtype(x.dtype).name))
+                else:
+                    try:
+                        hash(x)
+                    except TypeError:
+                        raise GraphError(f"jit: argument {name!r} of type {type(x).__name__} is "
+                                         "neither an array nor hashable (static)") from None
+                    key.append((name, "static", type(x).__name__, x))
+        return bound, arrays, tuple(key)
+
+    def trace(bound, arrays):
+        g = Graph(fn.__name__)
+        tensors = {name: g.input(name, x.shape, np.dtype(x.dtype).name) for name, x in arrays}
+        call_args, call_kwargs = [], {}
+        for pname, v in bound.arguments.items():
+            kind = sig.parameters[pname].kind
+            if kind == inspect.Parameter.VAR_POSITIONAL:
+                call_args.extend(tensors.get(f"{pname}_{i}", x) for i, x in enumerate(v))
+            elif kind == inspect.Parameter.VAR_KEYWORD:
+                call_kwargs.update({k: tensors.get(f"{pname}_{k}", x) for k, x in v.items()})
+            elif kind == inspect.Parameter.KEYWORD_ONLY:
+                call_kwargs[pname] = tensors.get(pname, v)
+            else:
+                call_args.append(tensors.get(pname, v))
+        with tracing(g):
+            out = fn(*call_args, **call_kwargs)
+        g.output(_tensorize(g, out))
+        return g
+
+    @functools.wraps(fn)
+    def plan_for(*args, **kwargs):
+        from .compiler import compile
+
+        bound, arrays, key = signature_of(args, kwargs)
+        with lock:
+            plan = plans.get(key)
+        if plan is None:
+            plan = compile(trace(bound, arrays), **compile_kwargs)
+            with lock:
+                plans[key] = plan
+        return plan, [x for _, x in arrays]
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        plan, arrays = plan_for(*args, **kwargs)
+        return plan(*arrays)
+
+    wrapper.plan_for = lambda *a, **k: plan_for(*a, **k)[0]
+    wrapper.plans = plans
+    return wrapper
+
+
+def _tensorize(g: Graph, out):
+    if isinstance(out, Tensor):
+        return out
+    if isinstance(out, (tuple, list)):
+        return type(out)(_tensorize(g, o) for o in out)
+    if isinstance(out, dict):
+        return {k: _tensorize(g, v) for k, v in out.items()}
+    return g.const(out)
+
+
+_contract_plans: OrderedDict = OrderedDict()
+_contract_lock = threading.Lock()
+
+
+def contract(eq, *arrays, **compile_kwargs):
+    """One-shot einsum through the compiler: a drop-in for ``np.einsum`` and
+    ``opt_einsum.contract``. Plans are cached per (equation, shapes, dtypes, options)."""
+    if not isinstance(eq, str):
+        raise GraphError("contract(eq, *arrays): eq must be an einsum equation string",
+                         op="einsum")
+    arrays = [x if _is_array(x) else np.asarray(x) for x in arrays]
+    key = (eq, tuple((tuple(a.shape), np.dtype(a.dtype).name) for a in arrays),
+           tuple(sorted((k, repr(v)) for k, v in compile_kwargs.items())))
+    with _contract_lock:
+        plan = _contract_plans.get(key)
+    if plan is None:
+        from .compiler import compile
+
+        g = Graph("contract")
+        ts = [g.input(f"x{i}", a.shape, np.dtype(a.dtype).name) for i, a in enumerate(arrays)]
+        g.output(einsum(eq, *ts))
+        plan = compile(g, **compile_kwargs)
+        with _contract_lock:
+            _contract_plans[key] = plan
+            while len(_contract_plans) > 256:
+                _contract_plans.popitem(last=False)
+    return plan(*arrays)

@@ -1,0 +1,208 @@
+"""The pass manager: runs pipelines, verifies after every pass, and keeps the books.
+
+A pass is ``pass_(G, ctx) -> PassResult(graph, record)`` and never mutates ``G``. Timing,
+node counts and ``changed`` are recorded here, once, for every pass (STYLE 4); a pass only
+reports its own facts in ``details``. ``GRAPHOPT_DUMP=dir`` writes the IR after each pass as
+``NN_<pass>.json``; ``GRAPHOPT_DISABLE=a,b`` switches passes off by name;
+``GRAPHOPT_DEBUG=1`` also checks each pass's semantics against the interpreter.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Sequence
+
+import networkx as nx
+
+from .. import ir
+from ..errors import GraphError
+
+
+@dataclass
+class PassRecord:
+    """What one pass did. ``details`` keys are per pass (see DESIGN §6)."""
+
+    name: str = ""
+    seconds: float = 0.0
+    nodes_before: int = 0
+    nodes_after: int = 0
+    changed: bool | None = None
+    details: dict = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        return {"name": self.name, "seconds": self.seconds, "nodes_before": self.nodes_before,
+                "nodes_after": self.nodes_after, "changed": self.changed,
+                "details": self.details}
+
+
+@dataclass
+class PassResult:
+    """A pass's output graph and its record (a PassRecord, a details dict, or None)."""
+
+    graph: nx.MultiDiGraph
+    record: PassRecord | dict | None = None
+
+
+@dataclass
+class PassContext:
+    """Compile options every pass can read (opt_level, memory_limit, optimize, backend...)."""
+
+    opt_level: int = 2
+    memory_limit: int | None = None
+    optimize: Any = "auto"
+    backend: str = "numpy"
+    options: dict = field(default_factory=dict)
+    debug: bool = False
+
+
+PASSES: dict[str, Callable] = {}
+
+
+def register_pass(name: str | None = None, *, replace: bool = False):
+    """Decorator registering a pass under ``name`` (default: the function's name).
+
+    A duplicate name raises unless ``replace=True``."""
+    def deco(fn):
+        key = name or fn.__name__
+        if key in PASSES and not replace:
+            raise ValueError(f"pass {key!r} is already registered")
+        PASSES[key] = fn
+        fn.pass_name = key
+        return fn
+    return deco
+
+
+def get_pass(name: str) -> Callable:
+    try:
+        return PASSES[name]
+    except KeyError:
+        raise GraphError(f"unknown pass {name!r}; registered passes: "
+                         f"{', '.join(sorted(PASSES))}") from None
+
+
+# Pipelines by opt_level. Names resolve through the registry at run time, so a user can
+# register a replacement under a built-in name.
+PIPELINES: dict[int, list[str]] = {
+    0: [],
+    1: ["simplify", "cse", "dce"],
+    2: ["simplify", "cse", "dce", "contraction", "simplify", "cse", "dce", "fusion",
+        "schedule", "memory"],
+    3: ["simplify", "cse", "dce", "contraction", "simplify", "cse", "dce", "fusion",
+        "schedule", "memory"],
+}
+
+
+def register_pipeline(level: int, names: Sequence[str]) -> None:
+    PIPELINES[level] = list(names)
+
+
+def pipeline_for(opt_level: int) -> list[str]:
+    if opt_level not in PIPELINES:
+        raise GraphError(f"opt_level must be one of {sorted(PIPELINES)}, got {opt_level!r}")
+    return [n for n in PIPELINES[opt_level] if n in PASSES]
+
+
+def env_disabled() -> set[str]:
+    return {s.strip() for s in os.environ.get("GRAPHOPT_DISABLE", "").split(",") if s.strip()}
+
+
+def _pass_name(p) -> str:
+    return p if isinstance(p, str) else getattr(p, "pass_name", getattr(p, "__name__", repr(p)))
+
+
+class PassManager:
+    """Runs passes in order; verifies the IR after each (the failure names the pass and the
+    passes before it).
+
+    Args:
+        passes: pass callables or registered names.
+        disable: names to skip.
+        verify: run ``ir.verify`` after every pass.
+        debug: also compare every pass's output with the interpreter on random inputs.
+        dump_dir: write the IR after each pass as JSON (``GRAPHOPT_DUMP``).
+    """
+
+    def __init__(self, passes: Iterable, *, disable: Iterable[str] = (), verify: bool = True,
+                 debug: bool | None = None, dump_dir: str | None = None):
+        self.passes = [(p if isinstance(p, str) else _pass_name(p), p) for p in passes]
+        self.disable = set(disable) | env_disabled()
+        self.verify = verify
+        self.debug = bool(int(os.environ.get("GRAPHOPT_DEBUG", "0") or 0)) if debug is None \
+            else debug
+        self.dump_dir = dump_dir if dump_dir is not None else os.environ.get("GRAPHOPT_DUMP")
+
+    def run(self, G: nx.MultiDiGraph, ctx: PassContext | None = None):
+        """Returns ``(optimized_graph, records)``; ``G`` itself is left untouched."""
+        ctx = ctx or PassContext()
+        records: list[PassRecord] = []
+        done: list[str] = []
+        for i, (name, p) in enumerate(self.passes):
+            if name in self.disable:
+                continue
+            fn = get_pass(p) if isinstance(p, str) else p
+            frozen = _Snapshot(G)
+            t0 = time.perf_counter()
+            result = fn(G, ctx)
+            seconds = time.perf_counter() - t0
+            frozen.check(G, name)
+            H, rec = _normalize(result, name)
+            if self.verify:
+                try:
+                    ir.verify(H, pass_name=name)
+                except GraphError as e:
+                    raise GraphError(f"{e.detail}; passes run before it: {done or 'none'}",
+                                     op=e.op, src=e.src, node=e.node) from None
+            after_hash = ir.structural_hash(H)
+            if rec.changed is None:
+                rec.changed = after_hash != frozen.hash or H.graph.get("schedule") != \
+                    G.graph.get("schedule") or "memory_plan" in H.graph and \
+                    "memory_plan" not in G.graph
+            rec.name, rec.seconds = name, seconds
+            rec.nodes_before, rec.nodes_after = G.number_of_nodes(), H.number_of_nodes()
+            if self.debug:
+                from ..testing.semantics import check_same_semantics
+
+                check_same_semantics(G, H, name)
+            if self.dump_dir:
+                from ..serialize import graph_to_json
+
+                os.makedirs(self.dump_dir, exist_ok=True)
+                with open(os.path.join(self.dump_dir, f"{i:02d}_{name}.json"), "w") as f:
+                    f.write(graph_to_json(H))
+            records.append(rec)
+            done.append(name)
+            G = H
+        return G, records
+
+
+def _normalize(result, name) -> tuple[nx.MultiDiGraph, PassRecord]:
+    if isinstance(result, nx.MultiDiGraph):
+        return result, PassRecord()
+    if isinstance(result, tuple) and not isinstance(result, PassResult) and len(result) == 2:
+        result = PassResult(*result)
+    if not isinstance(result, PassResult):
+        raise GraphError(f"pass {name!r} returned {type(result).__name__}; a pass returns "
+                         "PassResult(graph, record)")
+    rec = result.record
+    if rec is None:
+        rec = PassRecord()
+    elif isinstance(rec, dict):
+        rec = PassRecord(details=dict(rec))
+    return result.graph, rec
+
+
+class _Snapshot:
+    """Catches a pass that mutates its input graph (a contract violation)."""
+
+    def __init__(self, G):
+        self.nodes = G.number_of_nodes()
+        self.edges = G.number_of_edges()
+        self.hash = ir.structural_hash(G)
+
+    def check(self, G, name):
+        if (G.number_of_nodes(), G.number_of_edges()) != (self.nodes, self.edges) or \
+                ir.structural_hash(G) != self.hash:
+            raise GraphError(f"pass {name!r} mutated its input graph; passes must return a "
+                             "new graph (use ir.copy_graph)")

@@ -1,0 +1,191 @@
+"""``OptimizationReport``: what every pass did, the kernels, FLOPs and the memory plan.
+
+Reads like opt_einsum's PathInfo: a header (FLOPs naive -> optimized, memory naive /
+planned / lower bound), one row per pass and one per kernel. Every number comes from the
+graphs and plan themselves (DESIGN §6)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+from . import cost, ir
+
+
+def _mb(n: int) -> str:
+    return f"{n / 2**20:.2f} MiB" if n >= 2**16 else f"{n} B"
+
+
+@dataclass
+class OptimizationReport:
+    """Records of the passes in run order, plus the plan's kernels and memory facts."""
+
+    name: str
+    backend: str
+    opt_level: int
+    records: list = field(default_factory=list)
+    flops_naive: int = 0
+    flops_optimized: int = 0
+    nodes_before: int = 0
+    nodes_after: int = 0
+    memory: dict = field(default_factory=dict)
+    kernels: list = field(default_factory=list)
+    compile_seconds: float = 0.0
+    cache_hit: bool = False
+    _dot: str = ""
+
+    @classmethod
+    def build(cls, *, name, backend, opt_level, records, source_graph, graph) -> "OptimizationReport":
+        return cls(name=name, backend=backend, opt_level=opt_level, records=list(records),
+                   flops_naive=cost.graph_flops(source_graph), flops_optimized=cost.graph_flops(graph),
+                   nodes_before=source_graph.number_of_nodes(), nodes_after=graph.number_of_nodes())
+
+    def attach_plan(self, plan) -> None:
+        """Fill in the kernel table and memory plan from the lowered plan."""
+        m = plan.memory
+        self.memory = {"naive_bytes": m.naive_bytes, "planned_bytes": m.planned_bytes,
+                       "lower_bound_bytes": m.lower_bound_bytes, "arena_bytes": plan.arena_bytes}
+        self.kernels = [{"step": s.index, "name": s.name, "impl": s.kernel.impl,
+                         "ops": list(s.op_kinds), "shape": list(s.shape), "dtype": s.dtype,
+                         "flops": s.flops, "bytes": s.bytes, **s.kernel.details}
+                        for s in plan.steps]
+        self._dot = to_dot(plan.graph)
+
+    # -- access ---------------------------------------------------------------------------
+    def __getitem__(self, name: str):
+        for r in self.records:
+            if r.name == name:
+                return r
+        raise KeyError(f"no pass named {name!r} ran; ran: {[r.name for r in self.records]}")
+
+    def __contains__(self, name: str) -> bool:
+        return any(r.name == name for r in self.records)
+
+    @property
+    def speedup(self) -> float:
+        return self.flops_naive / self.flops_optimized if self.flops_optimized else 1.0
+
+    # -- renderings -----------------------------------------------------------------------
+    def to_dict(self) -> dict:
+        return {"name": self.name, "backend": self.backend, "opt_level": self.opt_level,
+                "flops_naive": self.flops_naive, "flops_optimized": self.flops_optimized,
+                "flop_speedup": self.speedup, "nodes_before": self.nodes_before,
+                "nodes_after": self.nodes_after, "memory": dict(self.memory),
+                "compile_seconds": self.compile_seconds, "cache_hit": self.cache_hit,
+                "passes": [r.to_dict() for r in self.records], "kernels": list(self.kernels)}
+
+    def to_json(self, indent: int | None = 2) -> str:
+        return json.dumps(self.to_dict(), indent=indent, default=_json_default)
+
+    def _header(self) -> list[str]:
+        lines = [f"graphopt report: {self.name!r}  backend={self.backend}  opt_level="
+                 f"{self.opt_level}  compile {self.compile_seconds * 1e3:.1f} ms"
+                 + ("  (cache hit)" if self.cache_hit else ""),
+                 f"  nodes:  {self.nodes_before} -> {self.nodes_after}",
+                 f"  FLOPs:  {self.flops_naive:.4g} -> {self.flops_optimized:.4g}  "
+                 f"(x{self.speedup:.2f})"]
+        if self.memory:
+            m = self.memory
+            lines.append(f"  memory: naive {_mb(m['naive_bytes'])} -> planned "
+                         f"{_mb(m['planned_bytes'])} (lower bound {_mb(m['lower_bound_bytes'])})")
+        return lines
+
+    def __str__(self) -> str:
+        lines = self._header()
+        lines.append("")
+        lines.append(f"  {'pass':<14}{'ms':>8}  {'nodes':>11}  changed  details")
+        for r in self.records:
+            lines.append(f"  {r.name:<14}{r.seconds * 1e3:>8.2f}  {r.nodes_before:>5} ->"
+                         f"{r.nodes_after:>4}  {'yes' if r.changed else 'no ':<7}  "
+                         f"{summarize_details(r.details)}")
+        if self.kernels:
+            lines.append("")
+            lines.append(f"  {'step':>4}  {'kernel':<28}{'impl':<14}{'shape':<18}{'FLOPs':>10}  ops")
+            for k in self.kernels:
+                lines.append(f"  {k['step']:>4}  {k['name'][:27]:<28}{k['impl'][:13]:<14}"
+                             f"{str(tuple(k['shape']))[:17]:<18}{k['flops']:>10.3g}  "
+                             f"{' '.join(k['ops'])[:60]}")
+        return "\n".join(lines)
+
+    __repr__ = __str__
+
+    def to_markdown(self) -> str:
+        out = [f"### graphopt report: `{self.name}`", "",
+               "| | before | after |", "|---|---|---|",
+               f"| nodes | {self.nodes_before} | {self.nodes_after} |",
+               f"| FLOPs | {self.flops_naive:.4g} | {self.flops_optimized:.4g} |"]
+        if self.memory:
+            out.append(f"| memory (naive / planned, lower bound) | {_mb(self.memory['naive_bytes'])}"
+                       f" | {_mb(self.memory['planned_bytes'])} (lower bound "
+                       f"{_mb(self.memory['lower_bound_bytes'])}) |")
+        out += ["", "| pass | ms | nodes | changed | details |", "|---|---|---|---|---|"]
+        for r in self.records:
+            out.append(f"| {r.name} | {r.seconds * 1e3:.2f} | {r.nodes_before} → {r.nodes_after}"
+                       f" | {'yes' if r.changed else 'no'} | "
+                       f"{summarize_details(r.details).replace('|', '/')} |")
+        if self.kernels:
+            out += ["", "| step | kernel | impl | shape | FLOPs | ops |", "|---|---|---|---|---|---|"]
+            for k in self.kernels:
+                out.append(f"| {k['step']} | `{k['name']}` | {k['impl']} | {tuple(k['shape'])} | "
+                           f"{k['flops']:.3g} | {' '.join(k['ops'])} |")
+        return "\n".join(out)
+
+    def to_dot(self) -> str:
+        """The optimized graph in Graphviz DOT, fused groups drawn as clusters."""
+        return self._dot
+
+
+def summarize_details(details: dict, width: int = 70) -> str:
+    parts = []
+    for k, v in details.items():
+        if isinstance(v, (list, tuple, dict)):
+            parts.append(f"{k}={len(v)}")
+        elif isinstance(v, float):
+            parts.append(f"{k}={v:.4g}")
+        else:
+            parts.append(f"{k}={v}")
+    s = ", ".join(parts)
+    return s if len(s) <= width else s[:width - 3] + "..."
+
+
+def _json_default(o):
+    if hasattr(o, "tolist"):
+        return o.tolist()
+    if isinstance(o, (set, frozenset)):
+        return sorted(o, key=repr)
+    return repr(o)
+
+
+def _label(G, n) -> str:
+    d = G.nodes[n]
+    extra = d["attrs"].get("equation", "") if d["op"] == "einsum" else d.get("name", "")
+    return f"{d['op']} {extra}\\n{tuple(d['shape'])} {d['dtype']}".replace('"', "'")
+
+
+def to_dot(G) -> str:
+    """Graphviz DOT of an IR; each ``fused`` node is a cluster showing its members."""
+    lines = [f'digraph "{G.graph.get("name", "graph")}" {{', "  rankdir=TB;",
+             "  node [shape=box, fontsize=10];"]
+    outs = set(G.graph["outputs"])
+    for n in ir.topo_order(G):
+        d = G.nodes[n]
+        if d["op"] == "fused":
+            sub = d["attrs"]["graph"]
+            lines.append(f"  subgraph cluster_{n} {{ label=\"fused {n}\"; style=rounded; color=blue;")
+            for m in ir.topo_order(sub):
+                if sub.nodes[m]["op"] != "input":
+                    lines.append(f'    "{n}.{m}" [label="{_label(sub, m)}"];')
+            for u, v in sub.edges():
+                if sub.nodes[u]["op"] != "input":
+                    lines.append(f'    "{n}.{u}" -> "{n}.{v}";')
+            lines.append(f'    "{n}" [label="out {tuple(d["shape"])}", shape=point];')
+            lines.append("  }")
+        else:
+            style = ", style=filled, fillcolor=lightgrey" if d["op"] in ("input", "const") else ""
+            if n in outs:
+                style += ", peripheries=2"
+            lines.append(f'  "{n}" [label="{_label(G, n)}"{style}];')
+    for u, v, a in G.edges(data="arg"):
+        lines.append(f'  "{u}" -> "{v}" [label="{a}", fontsize=8];')
+    lines.append("}")
+    return "\n".join(lines)
