@@ -155,6 +155,12 @@ class PassManager:
                     raise GraphError(f"{e.detail}; passes run before it: {done or 'none'}",
                                      op=e.op, src=e.src, node=e.node) from None
             after_hash = ir.structural_hash(H)
+            if after_hash != frozen.hash:
+                # A schedule or memory plan carried over unchanged from before a structural
+                # change describes a graph that no longer exists.
+                for k in ir.DERIVED_GRAPH_ATTRS:
+                    if k in H.graph and H.graph.get(k) == G.graph.get(k):
+                        del H.graph[k]
             if rec.changed is None:
                 rec.changed = after_hash != frozen.hash or H.graph.get("schedule") != \
                     G.graph.get("schedule") or "memory_plan" in H.graph and \

@@ -1,0 +1,183 @@
+"""Run every workload under every peer in one process and print the comparison.
+
+    python -m benchmarks.run [--workloads mlp,chain] [--peers graphopt,numpy,jax]
+                             [--threads N] [--json out.json] [--quick]
+
+Each peer runs after warm-up; the table gives median ms per call (min/max in the JSON), the
+ratio best-peer / graphopt (> 1: graphopt is faster), compile times, and graphopt's planned
+memory against NumPy eager's measured peak. ``--quick`` shrinks every workload for a smoke run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+
+
+def _parse(argv):
+    p = argparse.ArgumentParser(prog="python -m benchmarks.run", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--workloads", default="all", help="comma list (default: all)")
+    p.add_argument("--peers", default="all", help="comma list (default: all)")
+    p.add_argument("--threads", type=int, default=None, help="threads for every library")
+    p.add_argument("--json", default=None, help="write all results to this file")
+    p.add_argument("--quick", action="store_true", help="tiny shapes, few repeats (smoke test)")
+    p.add_argument("--min-time", type=float, default=1.0, help="seconds of timing per peer")
+    p.add_argument("--no-subprocess", action="store_true",
+                   help="skip the compile-from-disk-cache measurement in a new process")
+    return p.parse_args(argv)
+
+
+def _set_threads(n: int) -> None:
+    # Must happen before numpy/numba/jax/torch are imported.
+    for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMBA_NUM_THREADS"):
+        os.environ[var] = str(n)
+    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") +
+                               f" --xla_cpu_multi_thread_eigen={'true' if n > 1 else 'false'}")
+
+
+def time_calls(fn, args, min_time: float, min_repeat: int = 5, max_repeat: int = 1000) -> list[float]:
+    import time as _t
+
+    fn(*args)
+    times = []
+    start = _t.perf_counter()
+    while len(times) < min_repeat or (_t.perf_counter() - start < min_time and len(times) < max_repeat):
+        t0 = _t.perf_counter()
+        fn(*args)
+        times.append(_t.perf_counter() - t0)
+    return times
+
+
+def numpy_peak_bytes(w) -> int:
+    import tracemalloc
+
+    tracemalloc.start()
+    tracemalloc.reset_peak()
+    w.numpy(**w.inputs)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    return peak
+
+
+def cached_compile_seconds(name: str, scale: float) -> float | None:
+    """Compile the workload in a fresh process (numba kernels from the disk cache)."""
+    code = ("import time, graphopt as go; from benchmarks.workloads import ALL; "
+            f"w = ALL[{name!r}]({scale}); g = w.build(); t0 = time.perf_counter(); "
+            "p = go.compile(g); p(**w.inputs); print(time.perf_counter() - t0)")
+    try:
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                             timeout=600, cwd=os.path.dirname(os.path.dirname(__file__)))
+        return float(out.stdout.strip().splitlines()[-1])
+    except (subprocess.SubprocessError, ValueError, IndexError):
+        return None
+
+
+def main(argv=None) -> int:
+    args = _parse(argv)
+    if args.threads:
+        _set_threads(args.threads)
+    import numpy as np
+
+    from . import machine, peers
+    from .workloads import ALL
+
+    scale = 0.125 if args.quick else 1.0
+    min_time = 0.05 if args.quick else args.min_time
+    wnames = list(ALL) if args.workloads == "all" else args.workloads.split(",")
+    pnames = list(peers.PEERS) if args.peers == "all" else args.peers.split(",")
+    if args.quick and args.peers == "all":
+        pnames = ["graphopt", "numpy", "opt_einsum"]
+    for w in wnames:
+        if w not in ALL:
+            print(f"unknown workload {w!r}; choose from {', '.join(ALL)}", file=sys.stderr)
+            return 2
+    results = {"machine": {}, "workloads": {}, "threads": args.threads, "quick": args.quick}
+    if not args.quick:
+        results["machine"] = {"gemm_gflops_f32": machine.gemm_gflops(2048, "float32"),
+                              "gemm_gflops_f64": machine.gemm_gflops(2048, "float64"),
+                              "memory_gbs": machine.memory_gbs()}
+        print("machine: " + ", ".join(f"{k} {v:.1f}" for k, v in results["machine"].items()))
+
+    for wname in wnames:
+        w = ALL[wname](scale)
+        ref = np.asarray(w.numpy(**w.inputs))
+        row = {"description": w.description, "peers": {}}
+        print(f"\n== {wname}: {w.description}")
+        for peer in pnames:
+            try:
+                fn, call_args, to_np, compile_s, note = peers.make(peer, w, {})
+            except peers.Skip as e:
+                row["peers"][peer] = {"skipped": str(e)}
+                print(f"  {peer:<14} skipped: {e}")
+                continue
+            except Exception as e:  # a peer that breaks must not stop the others
+                row["peers"][peer] = {"error": f"{type(e).__name__}: {e}"[:300]}
+                print(f"  {peer:<14} ERROR {type(e).__name__}: {str(e)[:200]}")
+                continue
+            got = to_np(fn(*call_args))
+            ok = bool(np.allclose(np.asarray(got), ref, rtol=w.rtol, atol=w.rtol * (np.abs(ref).max() + 1e-30)))
+            times = time_calls(fn, call_args, min_time)
+            med = float(np.median(times)) * 1e3
+            row["peers"][peer] = {"median_ms": med, "min_ms": min(times) * 1e3,
+                                  "max_ms": max(times) * 1e3, "repeats": len(times),
+                                  "compile_s": compile_s, "correct": ok, "note": note}
+            print(f"  {peer:<14} {med:10.3f} ms  (min {min(times) * 1e3:.3f}, n={len(times)})"
+                  f"  compile {compile_s:.2f}s{'' if ok else '  WRONG RESULT'}  {note}")
+            if peer == "graphopt":
+                plan = fn
+                row["graphopt"] = {"planned_bytes": plan.memory.planned_bytes,
+                                   "arena_bytes": plan.arena_bytes,
+                                   "output_bytes": int(sum(s.nbytes for s in plan.steps if s.is_output)),
+                                   "flops_naive": plan.report.flops_naive,
+                                   "flops_optimized": plan.report.flops_optimized,
+                                   "steps": len(plan.steps), "backend": plan.backend.name}
+                del plan
+            del fn, call_args
+        row["numpy_peak_bytes"] = numpy_peak_bytes(w)
+        if "graphopt" in row and not args.no_subprocess and not args.quick:
+            row["graphopt"]["compile_cached_process_s"] = cached_compile_seconds(wname, scale)
+        timed = {p: r["median_ms"] for p, r in row["peers"].items() if "median_ms" in r and r["correct"]}
+        others = {p: t for p, t in timed.items() if p != "graphopt"}
+        if others and "graphopt" in timed:
+            best = min(others, key=others.get)
+            row["best_peer"], row["ratio_best_over_graphopt"] = best, others[best] / timed["graphopt"]
+            print(f"  best peer {best}: {others[best]:.3f} ms -> ratio {row['ratio_best_over_graphopt']:.2f}"
+                  f"  (>1 means graphopt is faster)")
+        if "graphopt" in row:
+            g = row["graphopt"]
+            print(f"  memory: graphopt arena {g['arena_bytes'] / 2**20:.2f} MiB + outputs "
+                  f"{g['output_bytes'] / 2**20:.2f} MiB vs NumPy eager peak "
+                  f"{row['numpy_peak_bytes'] / 2**20:.2f} MiB")
+        results["workloads"][wname] = row
+
+    print("\n" + markdown_table(results, pnames))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=1, default=str)
+    return 0
+
+
+def markdown_table(results: dict, pnames: list[str]) -> str:
+    cols = [p for p in pnames]
+    lines = ["| workload | " + " | ".join(cols) + " | best peer | best/graphopt |",
+             "|---" * (len(cols) + 3) + "|"]
+    for wname, row in results["workloads"].items():
+        cells = []
+        for p in cols:
+            r = row["peers"].get(p, {})
+            cells.append(f"{r['median_ms']:.3g}" + ("" if r.get("correct", True) else " (wrong)")
+                         if "median_ms" in r else "–")
+        lines.append(f"| {wname} | " + " | ".join(cells) +
+                     f" | {row.get('best_peer', '–')} | "
+                     f"{row['ratio_best_over_graphopt']:.2f} |" if "ratio_best_over_graphopt" in row
+                     else f"| {wname} | " + " | ".join(cells) + " | – | – |")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
