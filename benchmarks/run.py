@@ -15,7 +15,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 
 
 def _parse(argv):
@@ -40,13 +39,15 @@ def _set_threads(n: int) -> None:
                                f" --xla_cpu_multi_thread_eigen={'true' if n > 1 else 'false'}")
 
 
-def time_calls(fn, args, min_time: float, min_repeat: int = 5, max_repeat: int = 1000) -> list[float]:
+def time_calls(fn, args, min_time: float, min_repeat: int = 5,
+               max_repeat: int = 1000) -> list[float]:
     import time as _t
 
     fn(*args)
     times = []
     start = _t.perf_counter()
-    while len(times) < min_repeat or (_t.perf_counter() - start < min_time and len(times) < max_repeat):
+    while len(times) < min_repeat or (_t.perf_counter() - start < min_time
+                                      and len(times) < max_repeat):
         t0 = _t.perf_counter()
         fn(*args)
         times.append(_t.perf_counter() - t0)
@@ -120,7 +121,8 @@ def main(argv=None) -> int:
                 print(f"  {peer:<14} ERROR {type(e).__name__}: {str(e)[:200]}")
                 continue
             got = to_np(fn(*call_args))
-            ok = bool(np.allclose(np.asarray(got), ref, rtol=w.rtol, atol=w.rtol * (np.abs(ref).max() + 1e-30)))
+            atol = w.rtol * (np.abs(ref).max() + 1e-30)
+            ok = bool(np.allclose(np.asarray(got), ref, rtol=w.rtol, atol=atol))
             times = time_calls(fn, call_args, min_time)
             med = float(np.median(times)) * 1e3
             row["peers"][peer] = {"median_ms": med, "min_ms": min(times) * 1e3,
@@ -132,7 +134,8 @@ def main(argv=None) -> int:
                 plan = fn
                 row["graphopt"] = {"planned_bytes": plan.memory.planned_bytes,
                                    "arena_bytes": plan.arena_bytes,
-                                   "output_bytes": int(sum(s.nbytes for s in plan.steps if s.is_output)),
+                                   "output_bytes": int(sum(s.nbytes for s in plan.steps
+                                                           if s.is_output)),
                                    "flops_naive": plan.report.flops_naive,
                                    "flops_optimized": plan.report.flops_optimized,
                                    "steps": len(plan.steps), "backend": plan.backend.name}
@@ -141,12 +144,14 @@ def main(argv=None) -> int:
         row["numpy_peak_bytes"] = numpy_peak_bytes(w)
         if "graphopt" in row and not args.no_subprocess and not args.quick:
             row["graphopt"]["compile_cached_process_s"] = cached_compile_seconds(wname, scale)
-        timed = {p: r["median_ms"] for p, r in row["peers"].items() if "median_ms" in r and r["correct"]}
+        timed = {p: r["median_ms"] for p, r in row["peers"].items()
+                 if "median_ms" in r and r["correct"]}
         others = {p: t for p, t in timed.items() if p != "graphopt"}
         if others and "graphopt" in timed:
             best = min(others, key=others.get)
-            row["best_peer"], row["ratio_best_over_graphopt"] = best, others[best] / timed["graphopt"]
-            print(f"  best peer {best}: {others[best]:.3f} ms -> ratio {row['ratio_best_over_graphopt']:.2f}"
+            ratio = others[best] / timed["graphopt"]
+            row["best_peer"], row["ratio_best_over_graphopt"] = best, ratio
+            print(f"  best peer {best}: {others[best]:.3f} ms -> ratio {ratio:.2f}"
                   f"  (>1 means graphopt is faster)")
         if "graphopt" in row:
             g = row["graphopt"]

@@ -38,7 +38,8 @@ def _rng(seed=0):
 
 
 def _gelu_np(x):
-    return 0.5 * x * (1.0 + np.tanh(np.float32(math.sqrt(2 / math.pi)) * (x + np.float32(0.044715) * x * x * x)))
+    k = np.float32(math.sqrt(2 / math.pi))
+    return 0.5 * x * (1.0 + np.tanh(k * (x + np.float32(0.044715) * x * x * x)))
 
 
 # ------------------------------------------------------------------------------------- mlp
@@ -70,7 +71,8 @@ def mlp(scale: float = 1.0) -> Workload:
     def oe(inp):
         import opt_einsum as oe
         e1 = oe.contract_expression("bi,ih->bh", inp["x"].shape, inp["w1"].shape)
-        e2 = oe.contract_expression("bh,hi->bi", (inp["x"].shape[0], inp["w1"].shape[1]), inp["w2"].shape)
+        e2 = oe.contract_expression("bh,hi->bi", (inp["x"].shape[0], inp["w1"].shape[1]),
+                                    inp["w2"].shape)
         return lambda x, w1, b1, w2, b2: e2(_gelu_np(e1(x, w1) + b1), w2) + b2
 
     return Workload("mlp", f"gelu(x@W1+b1)@W2+b2, x ({b},{i}), W1 ({i},{h}), float32", inputs,
@@ -243,8 +245,9 @@ def elementwise(scale: float = 1.0) -> Workload:
         import numexpr as ne
         a = "exp(x*0.5)"
         c = f"tanh({a}*y + 1)"
-        return ne.evaluate(f"where(sqrt(abs({c}) + 0.001) > y, sqrt(abs({c}) + 0.001), y) / ({a} + 1)"
-                           f" - {c}*0.5", local_dict={"x": x, "y": y})
+        s = f"sqrt(abs({c}) + 0.001)"
+        return ne.evaluate(f"where({s} > y, {s}, y) / ({a} + 1) - {c}*0.5",
+                           local_dict={"x": x, "y": y})
 
     def numba_factory():
         import numba

@@ -18,7 +18,7 @@ from . import ir
 from .backends import BACKENDS, get_backend
 from .errors import GraphError
 from .graph import Graph
-from .passes.manager import PassContext, PassManager, pipeline_for
+from .passes.manager import PassContext, PassManager, env_disabled, pipeline_for
 from .report import OptimizationReport
 
 _CACHE: "OrderedDict[tuple, object]" = OrderedDict()
@@ -68,6 +68,10 @@ def _check_memory_limit(memory_limit):
     return int(memory_limit)
 
 
+# Marks a compile option that cannot be part of the cache key (None is a valid option value).
+_UNCACHEABLE = object()
+
+
 def _option_key(v):
     if isinstance(v, (str, int, float, bool, type(None))):
         return v
@@ -77,7 +81,7 @@ def _option_key(v):
         return tuple(sorted(map(repr, v)))
     if isinstance(v, dict):
         return tuple(sorted((k, _option_key(x)) for k, x in v.items()))
-    return None  # uncacheable (an object whose identity matters)
+    return _UNCACHEABLE  # an object whose identity matters
 
 
 def compile(graph, backend: str = "auto", opt_level: int = 2, memory_limit=None,
@@ -112,9 +116,9 @@ def compile(graph, backend: str = "auto", opt_level: int = 2, memory_limit=None,
         disable = {disable}
     pass_list = list(passes) if passes is not None else pipeline_for(opt_level)
     key = (ir.structural_hash(G), backend_name, opt_level, memory_limit, _option_key(optimize),
-           _option_key([p if isinstance(p, str) else None for p in pass_list]),
-           _option_key(set(disable)), _option_key(options), debug)
-    cacheable = cache and None not in _flatten(key)
+           _option_key([p if isinstance(p, str) else _UNCACHEABLE for p in pass_list]),
+           _option_key(set(disable) | env_disabled()), _option_key(options), debug)
+    cacheable = cache and not any(v is _UNCACHEABLE for v in _flatten(key))
     if cacheable:
         with _cache_lock:
             if key in _CACHE:

@@ -8,6 +8,8 @@ any single Unicode letter, as opt_einsum allows.
 
 from __future__ import annotations
 
+import itertools
+import math
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -50,10 +52,10 @@ def split(equation: str) -> tuple[list[str], str]:
     return lhs.split(","), out
 
 
-def _check_label(c: str, equation: str) -> None:
+def _check_label(c: str, where: str) -> None:
     if not c.isalpha():
-        raise EinsumError(f"invalid index label {c!r} in equation {equation!r}: labels are "
-                          "letters (ASCII or any other Unicode letter), '...' or ','")
+        raise EinsumError(f"invalid index label {c!r} in {where}: labels are letters (ASCII "
+                          "or any other Unicode letter); '...', ',' and '->' are syntax")
 
 
 def _fresh_labels(used: set, n: int) -> list[str]:
@@ -95,7 +97,7 @@ def parse(equation: str, shapes: Sequence[Sequence[int]]) -> EinsumSpec:
         if t.count("...") > 1:
             raise EinsumError(f"more than one '...' in a term of {where}")
         for c in body:
-            _check_label(c, equation)
+            _check_label(c, where)
 
     # Expand ellipses into fresh labels, right-aligned as NumPy broadcasting aligns them.
     used = set(eq) - set(",.->")
@@ -141,7 +143,8 @@ def parse(equation: str, shapes: Sequence[Sequence[int]]) -> EinsumSpec:
                 counts[c] = counts.get(c, 0) + 1
         out = "".join(ell) + "".join(sorted(c for c, n in counts.items() if n == 1))
     else:
-        # Without '...' in the output, ellipsis dims are summed over, as in NumPy.
+        # Without '...' in the output, ellipsis dims are summed over, as opt_einsum does
+        # (NumPy rejects such equations).
         out = rhs.replace("...", "".join(ell))
         all_labels = set("".join(expanded))
         for c in out:
@@ -209,20 +212,32 @@ def _term_pattern(term: str) -> str:
     return canonical_labels([term], "").split("->")[0]
 
 
+# Above this many orderings of tied operands, canonical_form keeps their given order.
+MAX_TIE_ORDERS = 5040
+
+
 def canonical_form(equation: str, operand_keys: Sequence) -> tuple[tuple[int, ...], str]:
     """Canonical form of an IR equation whose operands are identified by ``operand_keys``.
 
     Returns ``(order, canonical_equation)``: applying ``canonical_equation`` to the
     operands taken in ``order`` is the same contraction as the original. Operand order
     (einsum is commutative) and label names do not change the result, so CSE can compare
-    ``ij,jk->ik`` on (a, b) with ``jk,ij->ik`` on (b, a).
+    ``ij,jk->ik`` on (a, b) with ``jk,ij->ik`` on (b, a). Operands with equal keys (the
+    same tensor used twice) are ordered by trying their orderings and keeping the least
+    renamed equation, up to ``MAX_TIE_ORDERS`` orderings (beyond that a duplicate may be
+    missed, never a false match).
     """
     inputs, output = split(equation)
-    order = sorted(range(len(inputs)),
-                   key=lambda i: (str(operand_keys[i]), _term_pattern(inputs[i]), i))
-    # Ties between equal keys and patterns: settle them by the renamed equation itself.
-    eq = canonical_labels([inputs[i] for i in order], output)
-    return tuple(order), eq
+    rank = lambda i: (str(operand_keys[i]), _term_pattern(inputs[i]))
+    base = sorted(range(len(inputs)), key=lambda i: (rank(i), i))
+    groups = [list(g) for _, g in itertools.groupby(base, key=rank)]
+    if math.prod(math.factorial(len(g)) for g in groups) > MAX_TIE_ORDERS:
+        orders = [base]
+    else:
+        orders = [[i for part in parts for i in part]
+                  for parts in itertools.product(*(itertools.permutations(g) for g in groups))]
+    best = min((canonical_labels([inputs[i] for i in o], output), o) for o in orders)
+    return tuple(best[1]), best[0]
 
 
 def to_ascii(equation: str) -> str:

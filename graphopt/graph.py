@@ -6,7 +6,9 @@ user's ``file:line`` on the node, so a mistake is reported where it was written.
 
 from __future__ import annotations
 
+import builtins
 import math
+import operator
 import os
 import sys
 import threading
@@ -19,13 +21,16 @@ from . import ir, ops
 from .errors import DTypeError, GraphError, InputError, ShapeError
 
 _PKG_DIR = os.path.dirname(os.path.abspath(__file__))
+# graphopt.testing builds graphs as a user would: its lines are the source of what it builds.
+_TESTING_DIR = os.path.join(_PKG_DIR, "testing")
 _SCALARS = (bool, int, float, complex)
 
 
 def user_src() -> str:
     """``file:line`` of the innermost caller outside the graphopt package."""
     f = sys._getframe(1)
-    while f is not None and f.f_code.co_filename.startswith(_PKG_DIR):
+    while f is not None and f.f_code.co_filename.startswith(_PKG_DIR) and \
+            not f.f_code.co_filename.startswith(_TESTING_DIR):
         f = f.f_back
     if f is None:
         return "<unknown>"
@@ -54,7 +59,8 @@ class Graph:
         if name in self._names:
             raise InputError(f"duplicate input name {name!r}", op="input", src=src)
         try:
-            shape = tuple(int(d) for d in ((shape,) if isinstance(shape, int) else shape))
+            shape = tuple(operator.index(d) for d in
+                          ((shape,) if isinstance(shape, (int, np.integer)) else shape))
         except (TypeError, ValueError):
             raise ShapeError(f"input {name!r} shape {shape!r} is not a tuple of ints",
                              op="input", src=src) from None
@@ -235,7 +241,7 @@ class Tensor:
     def conj(self): return conj(self)
 
     def transpose(self, *axes):
-        if len(axes) == 1 and not isinstance(axes[0], int):
+        if len(axes) == 1 and not isinstance(axes[0], (int, np.integer)):
             axes = tuple(axes[0]) if axes[0] is not None else ()
         return transpose(self, axes or None)
 
@@ -269,8 +275,7 @@ def _coerce(args, op: str, src: str) -> list[Tensor]:
     (NumPy 2 / NEP 50: ``float32_tensor * 2.0`` stays float32)."""
     g = _graph_of(args, op, src)
     strong = [a.dtype for a in args if isinstance(a, Tensor)]
-    strong += [np.asarray(a).dtype for a in args
-               if not isinstance(a, (Tensor,) + _SCALARS) and isinstance(a, (np.ndarray, np.generic))]
+    strong += [np.asarray(a).dtype for a in args if isinstance(a, (np.ndarray, np.generic))]
     out = []
     for a in args:
         if isinstance(a, Tensor):
@@ -337,7 +342,22 @@ add = _binary("add", "a + b with NumPy broadcasting and promotion.")
 sub = _binary("sub", "a - b.")
 mul = _binary("mul", "a * b.")
 div = _binary("div", "a / b (true division).")
-pow = _binary("pow", "a ** b.")
+
+
+def pow(a, b) -> Tensor:
+    """``a ** b``. Integers to negative integer powers are an error, as in NumPy."""
+    src = user_src()
+    ta = a if isinstance(a, Tensor) else None
+    power = b._node["attrs"]["value"] if isinstance(b, Tensor) and b.op == "const" else b
+    if ta is not None and ta.dtype.kind in "bi" and not isinstance(power, (Tensor, bool)) and \
+            np.asarray(power).dtype.kind in "iu" and np.any(np.asarray(power) < 0):
+        raise DTypeError(f"Integers to negative integer powers are not allowed (as in NumPy): "
+                         f"{ta.dtype.name} {ta.shape} ** {power!r}; cast to float first",
+                         op="pow", src=src)
+    ts = _coerce([a, b], "pow", src)
+    return ts[0].graph._add("pow", ts, src=src)
+
+
 maximum = _binary("maximum", "Elementwise maximum (NaN-propagating, as NumPy).")
 minimum = _binary("minimum", "Elementwise minimum (NaN-propagating, as NumPy).")
 equal = _binary("eq", "a == b, elementwise.")
@@ -418,11 +438,21 @@ def logsumexp(x, axis=None, keepdims=False) -> Tensor:
 
 # ----------------------------------------------------------------------------------- layout
 
+def _ints(values, what: str, op: str, src: str, t: Tensor) -> tuple[int, ...]:
+    """``values`` (an int or a sequence of ints) as a tuple of ints, else a ShapeError."""
+    try:
+        seq = (values,) if isinstance(values, (int, np.integer)) else tuple(values)
+        return tuple(operator.index(v) for v in seq)
+    except TypeError:
+        raise ShapeError(f"{what} {values!r} is not an int or a sequence of ints (operand "
+                         f"shape {t.shape})", op=op, src=src) from None
+
+
 def reshape(x, shape) -> Tensor:
     """Reshape (C order); one dimension may be -1."""
     src = user_src()
     (t,) = _coerce([x], "reshape", src)
-    shape = (shape,) if isinstance(shape, (int, np.integer)) else tuple(int(d) for d in shape)
+    shape = _ints(shape, "shape", "reshape", src, t)
     if shape.count(-1) > 1:
         raise ShapeError(f"only one -1 allowed in reshape {shape} of {t.shape}",
                          op="reshape", src=src)
@@ -438,8 +468,12 @@ def transpose(x, axes=None) -> Tensor:
     """Permute axes (reverse them when ``axes`` is None)."""
     src = user_src()
     (t,) = _coerce([x], "transpose", src)
-    axes = tuple(reversed(range(t.ndim))) if axes is None else tuple(
-        int(a) % t.ndim if t.ndim else int(a) for a in axes)
+    axes = tuple(reversed(range(t.ndim))) if axes is None else _ints(axes, "axes", "transpose",
+                                                                       src, t)
+    if any(not -t.ndim <= a < t.ndim for a in axes):
+        raise ShapeError(f"axes {axes} are out of range for shape {t.shape}", op="transpose",
+                         src=src)
+    axes = tuple(a % t.ndim for a in axes)
     return t.graph._add("transpose", [t], {"axes": axes}, src=src)
 
 
@@ -447,7 +481,7 @@ def broadcast_to(x, shape) -> Tensor:
     """Broadcast to ``shape`` (NumPy rules)."""
     src = user_src()
     (t,) = _coerce([x], "broadcast_to", src)
-    shape = (shape,) if isinstance(shape, (int, np.integer)) else tuple(int(d) for d in shape)
+    shape = _ints(shape, "shape", "broadcast_to", src, t)
     return t.graph._add("broadcast_to", [t], {"shape": shape}, src=src)
 
 
@@ -489,7 +523,9 @@ def matmul(a, b) -> Tensor:
                          op="matmul", src=src)
     lhs = "...ij" if ta.ndim >= 2 else "j"
     rhs = "...jk" if tb.ndim >= 2 else "j"
-    out = ("..." if max(ta.ndim, tb.ndim) > 2 or (ta.ndim >= 2 and tb.ndim >= 2) else "")
+    # builtins.max: this module's ``max`` is the reduction op.
+    out = ("..." if builtins.max(ta.ndim, tb.ndim) > 2 or (ta.ndim >= 2 and tb.ndim >= 2)
+           else "")
     out += ("i" if ta.ndim >= 2 else "") + ("k" if tb.ndim >= 2 else "")
     if ta.shape[-1] != tb.shape[-2 if tb.ndim >= 2 else 0]:
         raise ShapeError(f"matmul inner dimensions differ: {ta.shape} @ {tb.shape}",

@@ -42,8 +42,9 @@ def lower(G: nx.MultiDiGraph, source_graph: nx.MultiDiGraph, backend, ctx, repor
             continue
         is_out = n in direct_outputs
         k = backend.kernel(G, n, ctx)
-        kinds = (tuple(d["attrs"]["graph"].nodes[m]["op"] for m in ir.topo_order(d["attrs"]["graph"])
-                       if d["attrs"]["graph"].nodes[m]["op"] != "input")
+        sub = d["attrs"]["graph"] if d["op"] == "fused" else None
+        kinds = (tuple(sub.nodes[m]["op"] for m in ir.topo_order(sub)
+                       if sub.nodes[m]["op"] != "input")
                  if d["op"] == "fused" else (d["op"],))
         srcs = (tuple(dict.fromkeys(d["attrs"].get("srcs", [d["src"]])))
                 if d["op"] == "fused" else (d["src"],))

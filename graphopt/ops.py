@@ -180,7 +180,10 @@ def normalize_axes(axis, ndim: int) -> tuple[int, ...]:
     """``axis`` (None, int or sequence) as a sorted tuple of non-negative ints."""
     if axis is None:
         return tuple(range(ndim))
-    axes = (axis,) if isinstance(axis, (int, np.integer)) else tuple(axis)
+    try:
+        axes = (axis,) if isinstance(axis, (int, np.integer)) else tuple(axis)
+    except TypeError:
+        raise ShapeError(f"axis {axis!r} is not an int, a sequence of ints or None") from None
     out = []
     for a in axes:
         if not isinstance(a, (int, np.integer)) or isinstance(a, bool):
@@ -332,4 +335,8 @@ def infer(op: str, shapes, dtypes, attrs) -> tuple[tuple[int, ...], str]:
     except GraphError as e:
         operands = ", ".join(f"{tuple(s)} {d}" for s, d in zip(shapes, dtypes))
         raise type(e)(f"{e.detail} [operands: {operands or 'none'}]", op=op) from None
+    except (TypeError, ValueError, KeyError, IndexError, AttributeError) as e:
+        # Malformed attrs (a loaded document, a buggy pass): still a GraphError.
+        raise GraphError(f"malformed attrs: {type(e).__name__}: {e}",
+                         op=op) from None
     return tuple(int(d) for d in shape), dtype

@@ -32,12 +32,15 @@ class OptimizationReport:
     kernels: list = field(default_factory=list)
     compile_seconds: float = 0.0
     cache_hit: bool = False
+    plan_details: dict = field(default_factory=dict)   # a backend's own plan facts
     _dot: str = ""
 
     @classmethod
-    def build(cls, *, name, backend, opt_level, records, source_graph, graph) -> "OptimizationReport":
+    def build(cls, *, name, backend, opt_level, records, source_graph,
+              graph) -> "OptimizationReport":
         return cls(name=name, backend=backend, opt_level=opt_level, records=list(records),
-                   flops_naive=cost.graph_flops(source_graph), flops_optimized=cost.graph_flops(graph),
+                   flops_naive=cost.graph_flops(source_graph),
+                   flops_optimized=cost.graph_flops(graph),
                    nodes_before=source_graph.number_of_nodes(), nodes_after=graph.number_of_nodes())
 
     def attach_plan(self, plan) -> None:
@@ -49,6 +52,7 @@ class OptimizationReport:
                          "ops": list(s.op_kinds), "shape": list(s.shape), "dtype": s.dtype,
                          "flops": s.flops, "bytes": s.bytes, **s.kernel.details}
                         for s in plan.steps]
+        self.plan_details = dict(getattr(plan, "details", None) or {})
         self._dot = to_dot(plan.graph)
 
     # -- access ---------------------------------------------------------------------------
@@ -72,7 +76,8 @@ class OptimizationReport:
                 "flop_speedup": self.speedup, "nodes_before": self.nodes_before,
                 "nodes_after": self.nodes_after, "memory": dict(self.memory),
                 "compile_seconds": self.compile_seconds, "cache_hit": self.cache_hit,
-                "passes": [r.to_dict() for r in self.records], "kernels": list(self.kernels)}
+                "passes": [r.to_dict() for r in self.records], "kernels": list(self.kernels),
+                **({"plan": dict(self.plan_details)} if self.plan_details else {})}
 
     def to_json(self, indent: int | None = 2) -> str:
         return json.dumps(self.to_dict(), indent=indent, default=_json_default)
@@ -100,11 +105,14 @@ class OptimizationReport:
                          f"{summarize_details(r.details)}")
         if self.kernels:
             lines.append("")
-            lines.append(f"  {'step':>4}  {'kernel':<28}{'impl':<14}{'shape':<18}{'FLOPs':>10}  ops")
+            lines.append(f"  {'step':>4}  {'kernel':<28}{'impl':<14}{'shape':<18}"
+                         f"{'FLOPs':>10}  ops")
             for k in self.kernels:
                 lines.append(f"  {k['step']:>4}  {k['name'][:27]:<28}{k['impl'][:13]:<14}"
                              f"{str(tuple(k['shape']))[:17]:<18}{k['flops']:>10.3g}  "
                              f"{' '.join(k['ops'])[:60]}")
+        if self.plan_details:
+            lines += ["", f"  plan: {summarize_details(self.plan_details, width=90)}"]
         return "\n".join(lines)
 
     __repr__ = __str__
@@ -115,7 +123,8 @@ class OptimizationReport:
                f"| nodes | {self.nodes_before} | {self.nodes_after} |",
                f"| FLOPs | {self.flops_naive:.4g} | {self.flops_optimized:.4g} |"]
         if self.memory:
-            out.append(f"| memory (naive / planned, lower bound) | {_mb(self.memory['naive_bytes'])}"
+            out.append("| memory (naive / planned, lower bound) | "
+                       f"{_mb(self.memory['naive_bytes'])}"
                        f" | {_mb(self.memory['planned_bytes'])} (lower bound "
                        f"{_mb(self.memory['lower_bound_bytes'])}) |")
         out += ["", "| pass | ms | nodes | changed | details |", "|---|---|---|---|---|"]
@@ -124,7 +133,8 @@ class OptimizationReport:
                        f" | {'yes' if r.changed else 'no'} | "
                        f"{summarize_details(r.details).replace('|', '/')} |")
         if self.kernels:
-            out += ["", "| step | kernel | impl | shape | FLOPs | ops |", "|---|---|---|---|---|---|"]
+            out += ["", "| step | kernel | impl | shape | FLOPs | ops |",
+                    "|---|---|---|---|---|---|"]
             for k in self.kernels:
                 out.append(f"| {k['step']} | `{k['name']}` | {k['impl']} | {tuple(k['shape'])} | "
                            f"{k['flops']:.3g} | {' '.join(k['ops'])} |")
@@ -171,7 +181,8 @@ def to_dot(G) -> str:
         d = G.nodes[n]
         if d["op"] == "fused":
             sub = d["attrs"]["graph"]
-            lines.append(f"  subgraph cluster_{n} {{ label=\"fused {n}\"; style=rounded; color=blue;")
+            lines.append(f"  subgraph cluster_{n} {{ label=\"fused {n}\"; style=rounded; "
+                         "color=blue;")
             for m in ir.topo_order(sub):
                 if sub.nodes[m]["op"] != "input":
                     lines.append(f'    "{n}.{m}" [label="{_label(sub, m)}"];')

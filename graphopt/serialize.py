@@ -37,7 +37,7 @@ def _encode_attr(v):
     if isinstance(v, nx.MultiDiGraph):
         return {"__graph__": graph_to_dict(v)}
     if isinstance(v, (np.ndarray, np.generic)):
-        a = np.ascontiguousarray(v)
+        a = np.asarray(v)  # not ascontiguousarray: it turns a 0-d array into shape (1,)
         le = a.astype(a.dtype.newbyteorder("<"), copy=False)
         return {"__array__": {"dtype": a.dtype.name, "shape": list(a.shape),
                               "data": base64.b64encode(le.tobytes()).decode("ascii")}}
@@ -77,10 +77,16 @@ def save(graph, path) -> None:
 
     G = graph.to_ir() if isinstance(graph, Graph) else graph
     text = graph_to_json(G)
-    tmp = f"{path}.tmp{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(text)
-    os.replace(tmp, path)
+    tmp = f"{os.fspath(path)}.tmp{os.getpid()}"
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        # Nothing partially written: the temporary file goes, ``path`` is untouched.
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        raise
 
 
 # ------------------------------------------------------------------------------------ load
@@ -181,7 +187,8 @@ def dict_to_graph(doc, depth: int = 0) -> nx.MultiDiGraph:
         _expect(isinstance(args, list) and all(_is_int(a) and a in seen for a in args),
                 f"node {nid}: args must list ids of earlier nodes")
         for k in ("name", "src"):
-            _expect(nd.get(k) is None or isinstance(nd[k], str), f"node {nid}: {k} must be a string")
+            _expect(nd.get(k) is None or isinstance(nd[k], str),
+                    f"node {nid}: {k} must be a string")
         G.add_node(nid, op=op, shape=tuple(shape), dtype=ops.canonical_dtype(nd["dtype"]),
                    attrs=_decode_attr(attrs, depth), src=nd.get("src"))
         if nd.get("name") is not None:
@@ -205,7 +212,7 @@ def dict_to_graph(doc, depth: int = 0) -> nx.MultiDiGraph:
 def graph_from_json(text: str) -> nx.MultiDiGraph:
     try:
         doc = json.loads(text)
-    except (ValueError, RecursionError) as e:
+    except (TypeError, ValueError, RecursionError) as e:
         raise _bad(f"not valid JSON: {e}") from None
     try:
         return dict_to_graph(doc)
@@ -222,8 +229,12 @@ def load(path):
     """Read a graph saved by ``go.save``; returns a ``go.Graph`` ready for ``go.compile``."""
     from .graph import Graph
 
-    with open(path, encoding="utf-8") as f:
-        text = f.read()
+    with open(path, "rb") as f:
+        raw = f.read()
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise _bad(f"{os.fspath(path)!r} is not UTF-8 text: {e}") from None
     G = graph_from_json(text)
     g = Graph(G.graph.get("name"))
     g._G = G

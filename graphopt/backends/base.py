@@ -74,6 +74,11 @@ class Backend:
     def now_ns(self) -> int:
         return time.perf_counter_ns()
 
+    def step_clock(self) -> "HostStepClock":
+        """A fresh clock for one profiled run (see ``HostStepClock``); a device backend may
+        return one that records device events instead of synchronizing at every mark."""
+        return HostStepClock(self)
+
     # -- kernels ----------------------------------------------------------------------------
     def kernel(self, G: nx.MultiDiGraph, n: int, ctx) -> Kernel:
         raise NotImplementedError
@@ -89,6 +94,23 @@ class Backend:
         from ..lowering import lower
 
         return lower(G, source_graph, self, ctx, report)
+
+
+class HostStepClock:
+    """Per-step timestamps for the profiler: ``mark()`` once before the first step and once
+    after every step; ``read()`` returns the marks as ``now_ns`` times (ns). This default
+    synchronizes the backend at every mark, so each interval is the step's own time."""
+
+    def __init__(self, backend: Backend):
+        self._backend = backend
+        self._marks: list[int] = []
+
+    def mark(self) -> None:
+        self._backend.synchronize()
+        self._marks.append(self._backend.now_ns())
+
+    def read(self) -> list[int]:
+        return list(self._marks)
 
 
 BACKENDS: dict[str, type[Backend]] = {}

@@ -19,6 +19,9 @@ class NumpyBackend(Backend):
 
     def kernel(self, G, n, ctx) -> Kernel:
         d = G.nodes[n]
+        if d["op"] == "einsum" and (d["attrs"].get("slices") or
+                                    (d["attrs"].get("path") and G.in_degree(n) > 2)):
+            return _sliced_kernel(G, n)
 
         def fn(args, out):
             res = eval_node(G, n, args)
@@ -32,3 +35,22 @@ class NumpyBackend(Backend):
         src = (f"# reference: {d['op']} {d['attrs'] if d['op'] not in ('fused', 'const') else ''}"
                f"\nout[...] = {getattr(call, '__qualname__', d['op'])}(args, attrs)")
         return Kernel(fn.__name__, fn, src, impl="numpy", node=n)
+
+
+def _sliced_kernel(G, n) -> Kernel:
+    """An einsum with ``slices`` (or a multi-operand ``path``): run along its path, one slice
+    at a time, so its intermediates stay within the memory limit the slicing pass met."""
+    from ..slicing import sliced_contract
+
+    a = G.nodes[n]["attrs"]
+    eq, path = a["equation"], a.get("path")
+    slices, blocks = list(a.get("slices", ())), a.get("slice_blocks")
+
+    def fn(args, out):
+        return sliced_contract(eq, path, slices, args, out=out, blocks=blocks)
+
+    fn.__name__ = f"ref_sliced_einsum_{n}"
+    src = (f"# reference: einsum {eq!r} along path {path}, sliced over {slices} "
+           f"(blocks {blocks})\nsliced_contract(equation, path, slices, args, out, blocks)")
+    return Kernel(fn.__name__, fn, src, impl="numpy-sliced", node=n,
+                  details={"slices": slices, "slice_blocks": blocks, "path": path})

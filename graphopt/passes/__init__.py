@@ -10,6 +10,7 @@ __all__ = ["PASSES", "PIPELINES", "PassContext", "PassManager", "PassRecord", "P
 import importlib as _importlib
 import importlib.util as _importlib_util
 
-for _name in ("simplify", "cse", "dce", "contraction", "fusion", "schedule", "memory"):
+for _name in ("simplify", "cse", "dce", "contraction", "slicing", "fusion", "schedule",
+              "memory"):
     if _importlib_util.find_spec(f"{__name__}.{_name}") is not None:  # TEMP during development
         _importlib.import_module(f".{_name}", __name__)

@@ -87,10 +87,10 @@ def get_pass(name: str) -> Callable:
 PIPELINES: dict[int, list[str]] = {
     0: [],
     1: ["simplify", "cse", "dce"],
-    2: ["simplify", "cse", "dce", "contraction", "simplify", "cse", "dce", "fusion",
-        "schedule", "memory"],
-    3: ["simplify", "cse", "dce", "contraction", "simplify", "cse", "dce", "fusion",
-        "schedule", "memory"],
+    2: ["simplify", "cse", "dce", "contraction", "slicing", "simplify", "cse", "dce",
+        "fusion", "schedule", "memory"],
+    3: ["simplify", "cse", "dce", "contraction", "slicing", "simplify", "cse", "dce",
+        "fusion", "schedule", "memory"],
 }
 
 

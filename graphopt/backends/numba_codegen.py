@@ -1,0 +1,1108 @@
+"""Numba kernels generated from fused groups (ARCHITECTURE "Fused nodes", "Kernels and steps").
+
+The API the numba backend calls::
+
+    k = build_fused_kernel(node_attrs["graph"], node_attrs["pattern"],
+                           fast_math=ctx.options.get("fast_math", True), name="fused_12")
+    k.fn(args, out)        # -> out (allocated when None); any pattern
+    k.source               # the generated module, readable: plan.kernels[i].source
+    k.impl, k.details      # "numba-fused"; compile seconds, numba cache hit, loop mode
+    k.inplace_ok[i]        # out may be the memory of args[i]
+    # pattern "contraction": k.fn runs np.einsum, then the epilogue. A backend runs the
+    # einsum itself (BLAS) into out, then the epilogue in place on it:
+    k.einsum_equation, k.einsum_args   # the einsum, and which of args are its operands
+    k.epilogue(args, out)  # args: all the fused node's operands; out holds the einsum
+
+    build_node_kernel(G, n)            # the same for one elementwise or reduction node
+    build_numpy_blocked(sub, pattern)  # NumPy ufuncs in cache-sized blocks, same contract
+                                       # (impl "numpy-blocked"): time both, keep the faster
+
+``build_*`` raise ``UnsupportedKernel`` (with the reason) for what they do not handle
+(float16, ordering of complex numbers, reductions in the blocked form); the caller falls
+back to the reference implementation. Operands may have any strides and byte order
+(non-contiguous ones are copied) and may be read-only; ``out`` must be C-contiguous.
+
+Kernels loop over the output with ``prange`` over the outer dimension(s) (one thread below
+``PARALLEL_MIN`` elements); dims are collapsed wherever every operand is contiguous across
+them, so the common case is one flat loop LLVM vectorizes, and values invariant in an inner
+loop are computed outside it. Transcendentals call ``numba_math.FAST[(op, dtype)]``
+approximations when ``fast_math`` is set, exact ``np.*``/``cmath.*`` otherwise. Reductions
+accumulate float32 in float64 and complex64 in complex128 (NumPy sums pairwise in the input
+type: results agree within rounding). Parallel launches go through ``launch``, which
+serializes them where numba's threading layer is not thread-safe.
+
+Generated modules are written to ``$GRAPHOPT_CACHE_DIR`` (default ``~/.cache/graphopt``) as
+``k_<sha of the source>.py`` and imported from there, so numba's ``cache=True`` finds them
+again in a later process; in-process, kernels are cached by the sub-graph's structural hash
+(plus pattern, fast_math and the numba_math version).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import importlib.util
+import math
+import os
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+import networkx as nx
+import numpy as np
+
+from .. import ir
+from ..einsum import to_ascii
+from ..passes.fusion import build_subgraph, classify, group_maps, is_pointwise, reduction_maps
+
+CODEGEN_VERSION = "1"
+PARALLEL_MIN = 1 << 16   # loop-space elements below which a kernel runs on one thread
+BLOCK = 1 << 14          # elements per parallel block of a flat loop
+COL_BLOCK = 256          # output columns per block of a column reduction
+MAX_CHUNKS = 64          # parallel chunks of a full reduction
+
+SUPPORTED = ("bool", "int32", "int64", "float32", "float64", "complex64", "complex128")
+_T = {"bool": "np.bool_", "int32": "np.int32", "int64": "np.int64", "float32": "np.float32",
+      "float64": "np.float64", "complex64": "np.complex64", "complex128": "np.complex128"}
+_NB = {"bool": "boolean", "int32": "int32", "int64": "int64", "float32": "float32",
+       "float64": "float64", "complex64": "complex64", "complex128": "complex128"}
+_UFUNC = {"neg": np.negative, "abs": np.absolute, "exp": np.exp, "log": np.log,
+          "sqrt": np.sqrt, "tanh": np.tanh, "sin": np.sin, "cos": np.cos, "square": np.square,
+          "reciprocal": np.reciprocal, "conj": np.conjugate, "add": np.add,
+          "sub": np.subtract, "mul": np.multiply, "div": np.true_divide, "pow": np.power,
+          "maximum": np.maximum, "minimum": np.minimum, "eq": np.equal, "ne": np.not_equal,
+          "lt": np.less, "le": np.less_equal, "gt": np.greater, "ge": np.greater_equal}
+_INFIX = {"add": "+", "sub": "-", "mul": "*", "div": "/", "eq": "==", "ne": "!=", "lt": "<",
+          "le": "<=", "gt": ">", "ge": ">="}
+_MATH = ("exp", "log", "sqrt", "tanh", "sin", "cos")
+_GELU_C = math.sqrt(2.0 / math.pi)
+
+
+class UnsupportedKernel(NotImplementedError):
+    """The generator does not handle this group; the message says why."""
+
+
+@dataclass
+class GeneratedKernel:
+    """A compiled group. ``fn(args, out=None) -> out``: ``args`` in the fused node's operand
+    order (any strides), ``out`` C-contiguous or None (allocated).
+
+    Attributes:
+        name: the caller's name for it (reports).
+        source: the generated module.
+        pattern: "elementwise", "reduction" or "contraction".
+        impl: "numba-fused" or "numpy-blocked".
+        inplace_ok: per operand, whether ``out`` may share its memory.
+        einsum_node: the sub-graph's einsum node (contraction pattern), else None.
+        einsum_equation, einsum_args: that einsum and the positions in ``args`` of its
+            operands.
+        epilogue: ``epilogue(args, out) -> out``, run in place on ``out`` holding the
+            einsum's result (contraction pattern), else None.
+        details: facts for the report (compile seconds, numba cache hit, module path).
+    """
+
+    name: str
+    fn: Callable
+    source: str
+    pattern: str
+    impl: str
+    inplace_ok: tuple = ()
+    einsum_node: int | None = None
+    einsum_equation: str | None = None
+    einsum_args: tuple = ()
+    epilogue: Callable | None = None
+    details: dict = field(default_factory=dict)
+
+
+# ------------------------------------------------------------------------------ fast math
+
+
+def _fast_table() -> tuple[dict, str]:
+    """``numba_math.FAST`` and a digest of its source (part of every kernel's cache key)."""
+    try:
+        from . import numba_math
+    except Exception:  # absent or mid-edit: exact np.* functions keep kernels correct
+        return {}, "none"
+    table = getattr(numba_math, "FAST", {}) or {}
+    try:
+        with open(numba_math.__file__, "rb") as f:
+            digest = hashlib.sha256(f.read()).hexdigest()[:16]
+    except OSError:
+        digest = "unknown"
+    return table, digest
+
+
+def _fast_key(table: dict, op: str, dtype: str):
+    for key in ((op, dtype), (op, np.dtype(dtype)), (op, np.dtype(dtype).type)):
+        if key in table:
+            return key
+    return None
+
+
+# ------------------------------------------------------------------------------- analysis
+
+
+def _members(sub):
+    return [n for n in sub if sub.nodes[n]["op"] not in ("input", "const")]
+
+
+def _check_supported(sub, pattern) -> None:
+    root = sub.graph["outputs"][0]
+    members = _members(sub)
+    if not members:
+        raise UnsupportedKernel("the group computes nothing")
+    found, reason = classify(sub, members, root)
+    if found != pattern:
+        raise UnsupportedKernel(f"sub-graph is not a {pattern!r} group: {found or reason}")
+    for n, d in sub.nodes(data=True):
+        if d["dtype"] not in SUPPORTED:
+            raise UnsupportedKernel(f"dtype {d['dtype']} ({d['op']}) has no numba kernel")
+        if d["op"] == "const" and math.prod(d["shape"]) != 1:
+            raise UnsupportedKernel("array constants inside a group are passed as operands")
+        cplx = [np.dtype(sub.nodes[u]["dtype"]).kind == "c" for u in ir.operands(sub, n)]
+        if any(cplx) and (d["op"] in ("maximum", "minimum", "relu", "lt", "le", "gt", "ge")
+                          or d["op"] in ("max", "min")):
+            raise UnsupportedKernel(f"{d['op']} orders complex numbers (lexicographic in "
+                                    "NumPy); no numba kernel")
+
+
+def _collapse(space, roles, accesses):
+    """Merge adjacent loop dims every access (a map over loop dims) walks contiguously.
+
+    Returns the groups of original dims, one per collapsed dim."""
+    active = [d for d, e in enumerate(space) if e != 1]
+    seqs = [[e for e in m if e is not None] for m in accesses]
+
+    def mergeable(a, b):
+        if roles[a] != roles[b]:
+            return False
+        for s in seqs:
+            ia, ib = (s.index(a) if a in s else None), (s.index(b) if b in s else None)
+            if (ia is None) != (ib is None) or (ia is not None and ib != ia + 1):
+                return False
+        return True
+
+    groups: list[list[int]] = []
+    for d in active:
+        if groups and mergeable(groups[-1][-1], d):
+            groups[-1].append(d)
+        else:
+            groups.append([d])
+    return groups
+
+
+def _cmap(m, where) -> tuple:
+    """A map over loop dims as a map over collapsed dims."""
+    out = []
+    for e in m:
+        if e is not None and (not out or out[-1] != where[e]):
+            out.append(where[e])
+    return tuple(out)
+
+
+def _float_text(v: float) -> str:
+    if math.isnan(v):
+        return "np.nan"
+    if math.isinf(v):
+        return "np.inf" if v > 0 else "-np.inf"
+    return repr(float(v))
+
+
+def _einsum_call(eq: str, operands: list[str]) -> str:
+    """The reference contraction into ``out`` (a backend runs its own BLAS call instead)."""
+    if len(operands) <= 2:
+        return (f"    np.einsum({to_ascii(eq)!r}, {', '.join(operands)}, out=out, "
+                "optimize=True)")
+    return (f"    np.copyto(out, einsum_evaluate({eq!r}, [{', '.join(operands)}]), "
+            "casting='no')")
+
+
+def _decompose(dims, src: str) -> list[str]:
+    """Lines splitting flat index ``src`` into the loop variables ``dims`` [(var, extent)]."""
+    if len(dims) == 1:
+        return [f"{dims[0][0]} = {src}"]
+    lines = [f"q = {src}"]
+    for var, ext in reversed(dims[1:]):
+        lines += [f"{var} = q % {ext}", f"q //= {ext}"]
+    return lines + [f"{dims[0][0]} = q"]
+
+
+# --------------------------------------------------------------------------- reductions
+
+
+def _reduction_rule(op, in_dt, out_dt, const):
+    """(accumulator dtype, init, combine(acc, v) template, final(acc) template)."""
+    if op in ("sum", "mean"):
+        acc = {"float32": "float64", "complex64": "complex128"}.get(out_dt, out_dt)
+        if op == "mean" and np.dtype(acc).kind in "biu":
+            acc = "float64"
+        return acc, const(0, acc), "{a} + {v}", "{a}"
+    kind = np.dtype(in_dt).kind
+    big = op == "max"
+    if kind == "b":
+        return in_dt, const(not big, in_dt), "({a} or {v})" if big else "({a} and {v})", "{a}"
+    if kind == "f":
+        init = const(-np.inf if big else np.inf, in_dt)
+        cmp = ">" if big else "<"
+        return in_dt, init, "({a} if {a} %s {v} or {a} != {a} else {v})" % cmp, "{a}"
+    lim = np.iinfo(in_dt).min if big else np.iinfo(in_dt).max
+    return in_dt, const(lim, in_dt), ("max({a}, {v})" if big else "min({a}, {v})"), "{a}"
+
+
+# ------------------------------------------------------------------------------- emission
+
+
+class _Source:
+    """Generates one kernel module: globals, per-loop-level code, the loop nest, a wrapper."""
+
+    def __init__(self, sub, pattern, fast_math):
+        _check_supported(sub, pattern)
+        self.sub, self.pattern, self.fast_math = sub, pattern, fast_math
+        self.fast, self.fast_digest = _fast_table() if fast_math else ({}, "off")
+        self.root = sub.graph["outputs"][0]
+        self.inputs = list(sub.graph["inputs"])
+        self.globals: dict[str, str] = {}
+        self.fast_used: dict[str, tuple] = {}
+        self.bufs: dict = {}
+        self.memo: dict = {}
+        self.nvar = 0
+        self.einsum = next((n for n in sub if sub.nodes[n]["op"] == "einsum"), None)
+        self._analyze()
+
+    # -- loop space -------------------------------------------------------------------------
+    def _analyze(self):
+        sub = self.sub
+        maps, space, red = group_maps(sub, set(_members(sub)) | set(self.inputs), self.root)
+        self.red, self.space = red, space
+        axes = set(sub.nodes[red]["attrs"]["axes"]) if red is not None else set()
+        roles = ["r" if d in axes else "k" for d in range(len(space))]
+        if red is None:
+            self.out_map = tuple(None if e == 1 else d for d, e in enumerate(space))
+        else:
+            a = sub.nodes[red]["attrs"]
+            self.in_map, self.out_map = reduction_maps(space, a["axes"], a["keepdims"])
+        accesses = sorted({m for n in self.inputs for m, _ in maps.get(n, ())}, key=repr)
+        groups = _collapse(space, roles, accesses + [self.out_map])
+        self.where = {d: c for c, g in enumerate(groups) for d in g}
+        self.cext = [math.prod(space[d] for d in g) for g in groups]
+        self.croles = [roles[g[0]] for g in groups]
+        self.out_cmap = self.to_cmap(self.out_map)
+        if self.einsum is not None and {m for m, _ in maps[self.einsum]} != {self.out_map}:
+            raise UnsupportedKernel("the einsum result is not read at the output's index")
+        self.args: dict = {}
+        self.arg_specs: list = []   # (arg name, input position, collapsed shape)
+        for pos, n in enumerate(self.inputs):
+            for cm in sorted({self.to_cmap(m) for m, _ in maps.get(n, ())}):
+                name = f"a{len(self.arg_specs)}"
+                self.args[(pos, cm)] = name
+                self.arg_specs.append((name, pos, tuple(self.cext[c] for c in cm)))
+        self.inplace_ok = tuple(
+            red is None and self.einsum is None and n in maps
+            and {m for m, _ in maps[n]} == {self.out_map}
+            and np.dtype(sub.nodes[n]["dtype"]).itemsize
+            == np.dtype(sub.nodes[self.root]["dtype"]).itemsize
+            and tuple(sub.nodes[n]["shape"]) == tuple(sub.nodes[self.root]["shape"])
+            for n in self.inputs)
+        self._choose_loops()
+
+    def to_cmap(self, m) -> tuple:
+        return _cmap(m, self.where)
+
+    def _choose_loops(self):
+        nc = len(self.cext)
+        K = [c for c in range(nc) if self.croles[c] == "k"]
+        R = [c for c in range(nc) if self.croles[c] == "r"]
+        self.K, self.R = K, R
+        self.level: dict[int, int] = {}
+        if self.red is None:
+            self.mode = ("scalar", "flat", "nest")[min(nc, 2)]
+            for c in range(nc):
+                self.level[c] = 0 if c < nc - 1 or nc == 1 else 1
+        elif not K:
+            self.mode = "full"
+            self.level.update({c: i for i, c in enumerate(R)})
+        elif R and self.croles[-1] == "k":
+            self.mode = "column"
+            self.level.update({c: 0 for c in K[:-1]})
+            self.level.update({c: i + 1 for i, c in enumerate(R)})
+            self.level[K[-1]] = len(R) + 1
+        else:
+            self.mode = "row"
+            self.level.update({c: 0 for c in K})
+            self.level.update({c: i + 1 for i, c in enumerate(R)})
+        ext = self.cext
+        tasks = {"scalar": 1, "flat": -(-ext[0] // BLOCK) if ext else 1,
+                 "nest": math.prod(ext[:-1]), "row": math.prod(ext[c] for c in K),
+                 "full": min(MAX_CHUNKS, ext[R[0]]) if R else 1,
+                 "column": math.prod(ext[c] for c in K[:-1])
+                 * -(-ext[K[-1]] // max(1, min(COL_BLOCK, ext[K[-1]]))) if K else 1}
+        self.parallel = math.prod(self.space) >= PARALLEL_MIN and tasks[self.mode] > 1
+
+    # -- helpers ----------------------------------------------------------------------------
+    def const(self, value, dtype) -> str:
+        dt = np.dtype(dtype)
+        v = np.asarray(value).astype(dt).reshape(())[()]
+        if dt.kind == "b":
+            text = f"np.bool_({bool(v)})"
+        elif dt.kind in "iu":
+            text = f"{_T[dt.name]}({int(v)})"
+        elif dt.kind == "f":
+            text = f"{_T[dt.name]}({_float_text(float(v))})"
+        else:
+            text = f"{_T[dt.name]}(complex({_float_text(v.real)}, {_float_text(v.imag)}))"
+        for name, t in self.globals.items():
+            if t == text:
+                return name
+        name = f"C{len(self.globals)}"
+        self.globals[name] = text
+        return name
+
+    def cast(self, e: str, src: str, dst: str) -> str:
+        if src == dst:
+            return e
+        if dst == "bool":
+            return f"({e} != {self.const(0, src)})"
+        if src == "bool":
+            return f"({self.const(1, dst)} if {e} else {self.const(0, dst)})"
+        if np.dtype(src).kind == "c" and np.dtype(dst).kind != "c":
+            return f"{_T[dst]}({e}.real)"
+        return f"{_T[dst]}({e})"
+
+    def fast_call(self, op, dt, x):
+        """``op_f32(x)`` from numba_math when it has one, else None."""
+        key = _fast_key(self.fast, op, dt)
+        if key is None:
+            return None
+        name = f"{op}_{'f32' if dt == 'float32' else 'f64'}"
+        self.fast_used[name] = key
+        return f"{name}({x})"
+
+    def math(self, op, x, dt) -> str:
+        if np.dtype(dt).kind == "c":
+            return f"cmath.{op}({x})"
+        return self.fast_call(op, dt, x) or f"np.{op}({x})"
+
+    def var(self, key, expr) -> str:
+        name = f"v{self.nvar}"
+        self.nvar += 1
+        self.bufs.setdefault(key, []).append(f"{name} = {expr}")
+        return name
+
+    def buf(self, phase, level):
+        if level < 0:
+            return "pre"
+        if phase == "epi" and self.red is not None:
+            return "epi"
+        return (phase, level)
+
+    # -- values -----------------------------------------------------------------------------
+    def value(self, n, m, phase) -> tuple[str, str, int]:
+        """(expression, dtype, loop level) of node ``n`` read at loop map ``m``."""
+        key = (n, m, phase)
+        pro = self.memo.get((n, m, "pro"))
+        if phase == "epi" and pro is not None and pro[2] <= 0 and self.mode in ("row", "column"):
+            return pro  # computed before the reduction loops, still in scope after them
+        if key not in self.memo:
+            self.memo[key] = self._value(n, m, phase)
+        return self.memo[key]
+
+    def _value(self, n, m, phase):
+        d = self.sub.nodes[n]
+        dt = d["dtype"]
+        if d["op"] == "const":
+            return self.const(d["attrs"]["value"], dt), dt, -1
+        cm = self.to_cmap(m)
+        level = max((self.level[c] for c in cm), default=-1)
+        if n == self.einsum:
+            return self.var(self.buf(phase, level), f"out[{self.out_index()}]"), dt, level
+        if d["op"] == "input":
+            arg = self.args[(self.inputs.index(n), cm)]
+            idx = ", ".join(f"i{c}" for c in cm) or "0"
+            return self.var(self.buf(phase, level), f"{arg}[{idx}]"), dt, level
+        if n == self.red and phase == "epi":
+            return "red", dt, 0
+        ops_ = ir.operands(self.sub, n)
+        vals = [self.value(u, operand_index_map(self.sub, n, k, m), phase)
+                for k, u in enumerate(ops_)]
+        if d["op"] in ("broadcast_to", "transpose"):
+            return vals[0]
+        level = max([v[2] for v in vals] + [-1])
+        key = self.buf(phase, level)
+        expr = self.op_expr(d["op"], [v[0] for v in vals], [v[1] for v in vals], dt, key)
+        return self.var(key, expr), dt, level
+
+    def out_index(self) -> str:
+        return ", ".join(f"i{c}" for c in self.out_cmap) or "0"
+
+    # -- ops --------------------------------------------------------------------------------
+    def op_expr(self, op, a, dts, out, key) -> str:
+        if op in _UFUNC:
+            *ins, res = _UFUNC[op].resolve_dtypes(tuple(np.dtype(t) for t in dts) + (None,))
+            ct = ins[0].name
+            a = [self.cast(x, s, t.name) for x, s, t in zip(a, dts, ins)]
+            expr = self.ufunc_expr(op, a, ct)
+            # numba computes int32 arithmetic in int64: narrow back, as NumPy wraps
+            return f"np.int32({expr})" if res.name == "int32" and op not in ("abs",) else expr
+        if op == "astype":
+            return self.cast(a[0], dts[0], out)
+        if op == "where":
+            c = a[0] if dts[0] == "bool" else f"({a[0]} != {self.const(0, dts[0])})"
+            return f"({self.cast(a[1], dts[1], out)} if {c} else {self.cast(a[2], dts[2], out)})"
+        if op in ("real", "imag"):
+            if np.dtype(dts[0]).kind == "c":
+                return f"{a[0]}.{op}"
+            return a[0] if op == "real" else self.const(0, out)
+        if op == "relu":
+            if dts[0] == "bool":
+                return a[0]
+            z = self.const(0, dts[0])
+            nan = f" or {a[0]} != {a[0]}" if np.dtype(dts[0]).kind == "f" else ""
+            return f"({a[0]} if {a[0]} > {z}{nan} else {z})"
+        if op == "sigmoid":
+            x = self.cast(a[0], dts[0], out)
+            h = self.const(0.5, out)
+            return self.fast_call("sigmoid", out, x) or \
+                f"{h} * {self.math('tanh', f'{h} * {x}', out)} + {h}"
+        if op == "gelu":
+            return self.gelu(a[0], dts[0], out, key)
+        raise UnsupportedKernel(f"no numba expression for op {op!r}")
+
+    def ufunc_expr(self, op, a, ct) -> str:
+        kind = np.dtype(ct).kind
+        x = a[0]
+        if op in _MATH:
+            return self.math(op, x, ct)
+        if op == "neg":
+            return f"-{x}"
+        if op in ("abs", "square") and kind == "b":
+            return x
+        if op == "abs":
+            return f"abs({x})"
+        if op == "square":
+            return f"{x} * {x}"
+        if op == "conj":
+            return f"{x}.conjugate()" if kind == "c" else x
+        if op == "reciprocal":
+            if kind in "fc":
+                return f"{self.const(1, ct)} / {x}"
+            one, m1, z = self.const(1, ct), self.const(-1, ct), self.const(0, ct)
+            lo = self.const(np.iinfo(ct).min, ct)
+            # NumPy's integer 1/x: 1, -1, 0 elsewhere, and INT_MIN for 0.
+            return (f"({one} if {x} == {one} else ({m1} if {x} == {m1} else "
+                    f"({z} if {x} != {z} else {lo})))")
+        y = a[1]
+        if kind == "b" and op in ("add", "mul", "maximum", "minimum"):
+            return f"({x} or {y})" if op in ("add", "maximum") else f"({x} and {y})"
+        if op in ("maximum", "minimum"):
+            # NumPy: a if (a > b or isnan(a)) else b  (so NaN wins, and ties give b)
+            cmp = ">" if op == "maximum" else "<"
+            nan = f" or {x} != {x}" if kind == "f" else ""
+            return f"({x} if {x} {cmp} {y}{nan} else {y})"
+        if op == "pow":
+            return (self.fast_call("pow", ct, f"{x}, {y}") if kind == "f" else None) or \
+                f"{x} ** {y}"
+        return f"{x} {_INFIX[op]} {y}"
+
+    def gelu(self, x, src, out, key) -> str:
+        if src == out:
+            fast = self.fast_call("gelu", out, x)
+            if fast:
+                return fast
+            cube, xf = f"{x} * {x} * {x}", x
+        else:
+            # NumPy computes x*x*x in the operand's integer type, the rest in float64
+            cube = x if src == "bool" else f"{_T[src]}({_T[src]}({x} * {x}) * {x})"
+            cube, xf = self.cast(cube, src, out), self.var(key, self.cast(x, src, out))
+        h, one = self.const(0.5, out), self.const(1.0, out)
+        c, k = self.const(_GELU_C, out), self.const(0.044715, out)
+        t = self.math("tanh", f"{c} * ({xf} + {k} * ({cube}))", out)
+        return f"{h} * {xf} * ({one} + {t})"
+
+    # -- the kernel -------------------------------------------------------------------------
+    def kernel_body(self) -> list[str]:
+        root_val = self.value(self.root, self.out_map, "epi")[0] if self.red is None else None
+        if self.red is not None:
+            red = self.sub.nodes[self.red]
+            (u,) = ir.operands(self.sub, self.red)
+            v, vdt, _ = self.value(u, self.in_map, "pro")
+            acc_dt, init, comb, final = _reduction_rule(red["op"], vdt, red["dtype"], self.const)
+            v = self.cast(v, vdt, acc_dt)
+            count = math.prod(self.space[a] for a in red["attrs"]["axes"])
+            fin = final.format(a="{a}")
+            if red["op"] == "mean":
+                fin = f"{{a}} / {self.const(count, acc_dt)}"
+            self.rule = (acc_dt, init, comb, self.cast(fin, acc_dt, red["dtype"]), v)
+            root_val = self.value(self.root, self.out_map, "epi")[0]
+        store = f"out[{self.out_index()}] = {root_val}"
+        return getattr(self, f"_loops_{self.mode}")(store)
+
+    def _code(self, key, indent) -> list[str]:
+        return [" " * indent + s for s in self.bufs.get(key, [])]
+
+    def _rng(self, n) -> str:
+        return f"prange({n})" if self.parallel else f"range({n})"
+
+    def _loops_scalar(self, store):
+        return self._code("pre", 4) + ["    " + store]
+
+    def _loops_flat(self, store):
+        e = self.cext[0]
+        if self.parallel:
+            nb = -(-e // BLOCK)
+            head = [f"    for b in prange({nb}):",
+                    f"        for i0 in range(b * {BLOCK}, min(b * {BLOCK} + {BLOCK}, {e})):"]
+            ind = 12
+        else:
+            head, ind = [f"    for i0 in range({e}):"], 8
+        return self._code("pre", 4) + head + self._code(("epi", 0), ind) + [" " * ind + store]
+
+    def _loops_nest(self, store):
+        nc = len(self.cext)
+        outer = [(f"i{c}", self.cext[c]) for c in range(nc - 1)]
+        lines = self._code("pre", 4)
+        lines.append(f"    for t in {self._rng(math.prod(e for _, e in outer))}:")
+        lines += ["        " + s for s in _decompose(outer, "t")]
+        lines += self._code(("epi", 0), 8)
+        lines.append(f"        for i{nc - 1} in range({self.cext[-1]}):")
+        return lines + self._code(("epi", 1), 12) + ["            " + store]
+
+    def _reduce_loops(self, first_level, indent, lines, innermost):
+        """The reduced loops from ``first_level`` on; ``innermost`` at the deepest level."""
+        for i, c in enumerate(self.R):
+            lines.append(" " * indent + f"for i{c} in range({self.cext[c]}):")
+            indent += 4
+            lines += self._code(("pro", first_level + i), indent)
+        lines += [" " * indent + s for s in innermost]
+
+    def _combine(self, acc_ref):
+        acc_dt, init, comb, fin, v = self.rule
+        return f"{acc_ref} = {comb.format(a=acc_ref, v=v)}"
+
+    def _loops_row(self, store):
+        acc_dt, init, comb, fin, v = self.rule
+        kd = [(f"i{c}", self.cext[c]) for c in self.K]
+        lines = self._code("pre", 4)
+        lines.append(f"    for t in {self._rng(math.prod(e for _, e in kd))}:")
+        lines += ["        " + s for s in _decompose(kd, "t")]
+        lines += self._code(("pro", 0), 8)
+        lines.append(f"        acc = {init}")
+        self._reduce_loops(1, 8, lines, [self._combine("acc")])
+        lines.append(f"        red = {fin.format(a='acc')}")
+        return lines + self._code("epi", 8) + ["        " + store]
+
+    def _loops_full(self, store):
+        acc_dt, init, comb, fin, v = self.rule
+        lines = self._code("pre", 4)
+        if not (self.parallel and self.R):
+            lines.append(f"    acc = {init}")
+            self._reduce_loops(0, 4, lines, [self._combine("acc")])
+            lines.append(f"    red = {fin.format(a='acc')}")
+            return lines + self._code("epi", 4) + ["    " + store]
+        r0, rest = self.R[0], self.R[1:]
+        e0 = self.cext[r0]
+        nch = max(1, min(MAX_CHUNKS, e0))
+        ch = -(-e0 // nch)
+        lines += [f"    partial = np.empty({nch}, {_T[acc_dt]})",
+                  f"    for c in prange({nch}):",
+                  f"        acc = {init}",
+                  f"        for i{r0} in range(c * {ch}, min(c * {ch} + {ch}, {e0})):"]
+        lines += self._code(("pro", 0), 12)
+        saved, self.R = self.R, rest
+        self._reduce_loops(1, 12, lines, [self._combine("acc")])
+        self.R = saved
+        lines += ["        partial[c] = acc",
+                  f"    total = {init}",
+                  f"    for c in range({nch}):",
+                  f"        total = {comb.format(a='total', v='partial[c]')}",
+                  f"    red = {fin.format(a='total')}"]
+        return lines + self._code("epi", 4) + ["    " + store]
+
+    def _loops_column(self, store):
+        acc_dt, init, comb, fin, v = self.rule
+        kl = self.K[-1]
+        ekl = self.cext[kl]
+        cb = max(1, min(COL_BLOCK, ekl))
+        nb = -(-ekl // cb)
+        kd = [(f"i{c}", self.cext[c]) for c in self.K[:-1]]
+        lines = self._code("pre", 4)
+        lines.append(f"    for t in {self._rng(math.prod(e for _, e in kd) * nb)}:")
+        lines.append(f"        jb = t % {nb}")
+        if kd:
+            lines += ["        " + s for s in _decompose(kd, f"t // {nb}")]
+        lines += [f"        j0 = jb * {cb}",
+                  f"        jn = min({cb}, {ekl} - j0)",
+                  f"        acc = np.empty({cb}, {_T[acc_dt]})",
+                  "        for jj in range(jn):",
+                  f"            acc[jj] = {init}"]
+        lines += self._code(("pro", 0), 8)
+        inner = ["for jj in range(jn):", f"    i{kl} = j0 + jj"]
+        inner += ["    " + s for s in self.bufs.get(("pro", len(self.R) + 1), [])]
+        inner.append("    " + self._combine("acc[jj]"))
+        self._reduce_loops(1, 8, lines, inner)
+        lines += ["        for jj in range(jn):", f"            i{kl} = j0 + jj",
+                  f"            red = {fin.format(a='acc[jj]')}"]
+        return lines + self._code("epi", 12) + ["            " + store]
+
+    # -- the module -------------------------------------------------------------------------
+    def module(self, struct_key: str) -> str:
+        body = self.kernel_body()
+        sub, root = self.sub, self.root
+        rd = sub.nodes[root]
+        params = [n for n, _, _ in self.arg_specs] + ["out"]
+        out_cshape = tuple(self.cext[c] for c in self.out_cmap) or (1,)
+        # operands are read-only arrays (numba passes writable ones too: constants are
+        # read-only); C-contiguous, as the wrapper reshapes them
+        types = {}
+        for _, p, shp in self.arg_specs:
+            dt, nd = sub.nodes[self.inputs[p]]["dtype"], max(len(shp), 1)
+            types[f"IN_{dt}_{nd}d"] = f"nt.Array(nt.{_NB[dt]}, {nd}, 'C', readonly=True)"
+        out_t = f"OUT_{rd['dtype']}_{len(out_cshape)}d"
+        types[out_t] = f"nt.Array(nt.{_NB[rd['dtype']]}, {len(out_cshape)}, 'C')"
+        sig = [f"IN_{sub.nodes[self.inputs[p]]['dtype']}_{max(len(shp), 1)}d"
+               for _, p, shp in self.arg_specs] + [out_t]
+        flags = ["reassoc", "contract"] if self.red is not None else ["contract"]
+        fm = f", fastmath={set(flags)!r}" if self.fast_math else ""
+        ops_ = [sub.nodes[n]["op"] for n in ir.topo_order(sub)
+                if sub.nodes[n]["op"] not in ("input", "const")]
+        head = [f"# graphopt kernel {struct_key[:12]} (codegen v{CODEGEN_VERSION}), "
+                f"pattern {self.pattern}: {' -> '.join(ops_)}",
+                f"# out {tuple(rd['shape'])} {rd['dtype']}; loop space {self.space} "
+                f"collapsed to {tuple(self.cext)} ({self.mode} loops, "
+                f"{'parallel' if self.parallel else 'one thread'})",
+                f"# fast math: {self.fast_digest}",
+                "import cmath  # noqa: F401", "", "import numba", "import numpy as np",
+                "from numba import prange  # noqa: F401", "from numba import types as nt",
+                "from graphopt.einsum import evaluate as einsum_evaluate  # noqa: F401"]
+        if self.parallel:
+            head.append("from graphopt.backends.numba_codegen import launch")
+        if self.fast_used:
+            head.append("from graphopt.backends.numba_math import FAST")
+            head += [f"{name} = FAST[{key!r}]" for name, key in sorted(self.fast_used.items())]
+        head += [f"{name} = {text}" for name, text in self.globals.items()]
+        head += [f"{name} = {text}" for name, text in types.items()]
+        head += ["", "", f"@numba.njit(nt.void({', '.join(sig)}), "
+                 f"parallel={self.parallel}, cache=True, error_model=\"numpy\"{fm})",
+                 f"def kernel({', '.join(params)}):"]
+        return "\n".join(head + body + [""] + self.wrapper(out_cshape)) + "\n"
+
+    def wrapper(self, out_cshape) -> list[str]:
+        rd = self.sub.nodes[self.root]
+        shape, dt = tuple(rd["shape"]), _T[rd["dtype"]]
+        used = sorted({p for _, p, _ in self.arg_specs})
+        call = [f"x{p}.reshape({s or (1,)})" for n, p, s in self.arg_specs]
+        lines = ["", "def epilogue(args, out):" if self.einsum is not None else
+                 "def kernel_call(args, out):"]
+        lines += [f"    x{p} = np.ascontiguousarray(args[{p}], "
+                  f"{_T[self.sub.nodes[self.inputs[p]]['dtype']]})" for p in used]
+        launch = "launch(kernel, " if self.parallel else "kernel("
+        lines += [f"    {launch}{', '.join(call + [f'out.reshape({out_cshape})'])})",
+                  "    return out", "", "", "def run(args, out=None):",
+                  "    if out is None:", f"        out = np.empty({shape}, {dt})",
+                  "    elif not out.flags.c_contiguous:",
+                  "        raise ValueError('out must be C-contiguous')"]
+        if self.einsum is None:
+            return lines + ["    return kernel_call(args, out)"]
+        eq = self.sub.nodes[self.einsum]["attrs"]["equation"]
+        ein = [f"args[{self.inputs.index(u)}]" for u in ir.operands(self.sub, self.einsum)]
+        return lines + [_einsum_call(eq, ein), "    return epilogue(args, out)"]
+
+
+def operand_index_map(G, n, k, m):
+    from ..passes.fusion import operand_index_map as f
+
+    return f(G, n, k, m)
+
+
+# ------------------------------------------------------------------------------ building
+
+_KERNELS: dict = {}
+_launch_lock = threading.Lock()
+_launch_safe = False
+
+
+def launch(kernel, *args) -> None:
+    """Call a parallel kernel. numba's ``workqueue`` threading layer (used where neither
+    OpenMP nor TBB is available) aborts on concurrent launches from several threads, and
+    plans may be called from several threads at once: serialize launches there."""
+    global _launch_safe
+    if _launch_safe:
+        kernel(*args)
+        return
+    with _launch_lock:
+        kernel(*args)
+        import numba
+
+        _launch_safe = numba.threading_layer() != "workqueue"
+
+_lock = threading.Lock()
+
+
+def cache_dir() -> str:
+    """Where generated modules live: ``$GRAPHOPT_CACHE_DIR``, else ``~/.cache/graphopt``
+    (``$XDG_CACHE_HOME/graphopt``); a private temp dir if that is not writable."""
+    d = os.environ.get("GRAPHOPT_CACHE_DIR") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"),
+        "graphopt")
+    try:
+        os.makedirs(d, exist_ok=True)
+        if os.access(d, os.W_OK):
+            return d
+    except OSError:
+        pass
+    uid = os.getuid() if hasattr(os, "getuid") else 0
+    d = os.path.join(tempfile.gettempdir(), f"graphopt-{uid}")
+    os.makedirs(d, exist_ok=True)
+    return d
+
+
+def _load_module(source: str):
+    """Import ``source`` from ``<cache_dir>/k_<sha>.py`` (written once, never rewritten, so
+    numba's index for it stays valid)."""
+    digest = hashlib.sha256(source.encode()).hexdigest()[:24]
+    modname = f"graphopt_kernel_{digest}"
+    if modname in sys.modules:
+        return sys.modules[modname]
+    path = os.path.join(cache_dir(), f"k_{digest}.py")
+    if not os.path.exists(path):
+        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), suffix=".tmp")
+        with os.fdopen(fd, "w") as f:
+            f.write(source)
+        os.replace(tmp, path)
+    spec = importlib.util.spec_from_file_location(modname, path)
+    mod = importlib.util.module_from_spec(spec)
+    # numba's cache re-imports the module by name when it loads a compiled kernel
+    sys.modules[modname] = mod
+    try:
+        spec.loader.exec_module(mod)
+    except BaseException:
+        del sys.modules[modname]
+        raise
+    return mod
+
+
+def _compile(source: str):
+    from numba.core.errors import NumbaError  # imports numba: not part of the timing
+
+    t0 = time.perf_counter()
+    try:
+        mod = _load_module(source)
+    except NumbaError as e:
+        raise UnsupportedKernel(f"numba could not compile the generated kernel: {e}") from e
+    stats = mod.kernel.stats
+    return mod, {"compile_seconds": round(time.perf_counter() - t0, 4),
+                 "numba_cache": "hit" if stats.cache_hits else "miss",
+                 "module": mod.__file__}
+
+
+def generate_source(sub: nx.MultiDiGraph, pattern: str, *, fast_math: bool = True) -> tuple:
+    """The kernel module's source for a fused sub-graph, without compiling it.
+
+    Returns ``(source, info)``; ``info`` holds ``inplace_ok``, ``mode`` and ``parallel``."""
+    gen = _Source(sub, pattern, fast_math)
+    key = ir.structural_hash(sub)
+    src = gen.module(key)
+    return src, {"inplace_ok": gen.inplace_ok, "mode": gen.mode, "parallel": gen.parallel,
+                 "collapsed": tuple(gen.cext)}
+
+
+def build_fused_kernel(sub: nx.MultiDiGraph, pattern: str, *, fast_math: bool = True,
+                       name: str | None = None) -> GeneratedKernel:
+    """Compile a fused node's sub-graph (its ``attrs["graph"]``) into a numba kernel.
+
+    Args:
+        sub: the sub-IR: ``input`` nodes in0..ink (the fused node's operands), one output.
+        pattern: the fused node's ``attrs["pattern"]``.
+        fast_math: call numba_math's approximations for transcendentals (else exact np.*).
+        name: the caller's name for the kernel (reports only; not part of the cache key).
+
+    Raises:
+        UnsupportedKernel: the generator does not handle this group (message says why).
+    """
+    key = (ir.structural_hash(sub), pattern, bool(fast_math), _fast_table()[1], "numba")
+    with _lock:
+        k = _KERNELS.get(key)
+        if k is None:
+            src, info = generate_source(sub, pattern, fast_math=fast_math)
+            mod, details = _compile(src)
+            details.update(mode=info["mode"], parallel=info["parallel"],
+                           collapsed=list(info["collapsed"]))
+            k = GeneratedKernel(name="", fn=mod.run, source=src, pattern=pattern,
+                                impl="numba-fused", inplace_ok=info["inplace_ok"],
+                                details=details)
+            ein = next((n for n in sub if sub.nodes[n]["op"] == "einsum"), None)
+            if ein is not None:
+                ins = list(sub.graph["inputs"])
+                k.einsum_node = ein
+                k.einsum_equation = sub.nodes[ein]["attrs"]["equation"]
+                k.einsum_args = tuple(ins.index(u) for u in ir.operands(sub, ein))
+                k.epilogue = mod.epilogue
+            _KERNELS[key] = k
+        else:
+            k = dataclasses.replace(k, details={**k.details, "numba_cache": "memory"})
+    return dataclasses.replace(k, name=name or f"fused_{key[0][:8]}")
+
+
+def node_subgraph(G: nx.MultiDiGraph, n: int) -> tuple[nx.MultiDiGraph, str]:
+    """One elementwise or reduction node as a one-member sub-graph and its pattern."""
+    if not (is_pointwise(G, n) or G.nodes[n]["op"] in ("sum", "max", "min", "mean")):
+        raise UnsupportedKernel(f"op {G.nodes[n]['op']!r} is not elementwise or a reduction")
+    sub, _ = build_subgraph(G, {n}, n)
+    pattern, reason = classify(sub, _members(sub), sub.graph["outputs"][0])
+    if pattern is None:
+        raise UnsupportedKernel(reason)
+    return sub, pattern
+
+
+def build_node_kernel(G: nx.MultiDiGraph, n: int, *, fast_math: bool = True,
+                      name: str | None = None) -> GeneratedKernel:
+    """``build_fused_kernel`` for one elementwise or reduction node of ``G``; its operands
+    are ``ir.operands(G, n)`` in order."""
+    sub, pattern = node_subgraph(G, n)
+    return build_fused_kernel(sub, pattern, fast_math=fast_math, name=name)
+
+
+# ------------------------------------------------------------------ the NumPy alternative
+
+BLOCK_ELEMS = 1 << 13    # elements per temporary of a NumPy-blocked kernel (L1/L2 sized)
+_pool_lock = threading.Lock()
+_pool = None
+
+
+def run_blocks(fn, views, out, nblocks: int, parallel: bool) -> None:
+    """Run ``fn(views, out, first_block, end_block)`` over ``nblocks`` blocks, split over
+    numba's thread count when ``parallel`` (NumPy's ufuncs release the GIL)."""
+    global _pool
+    import numba
+
+    nt = min(numba.get_num_threads(), nblocks) if parallel else 1
+    if nt <= 1:
+        fn(views, out, 0, nblocks)
+        return
+    with _pool_lock:
+        if _pool is None:
+            from concurrent.futures import ThreadPoolExecutor
+
+            _pool = ThreadPoolExecutor(max_workers=numba.get_num_threads(),
+                                       thread_name_prefix="graphopt-blocks")
+    cuts = [nblocks * i // nt for i in range(nt + 1)]
+    futs = [_pool.submit(fn, views, out, a, b) for a, b in zip(cuts, cuts[1:]) if b > a]
+    for f in futs:
+        f.result()
+
+
+class _BlockedSource(_Source):
+    """The same group as cache-sized blocks of NumPy ufunc calls with ``out=``: every value
+    is an array aligned to the (collapsed) loop space, blocked along its first dim."""
+
+    def _choose_loops(self):
+        if self.red is not None:
+            raise UnsupportedKernel("the NumPy-blocked form covers elementwise and epilogue "
+                                    "groups")
+        self.mode = "blocked"
+        self.level = {c: 0 for c in range(len(self.cext))}
+        rest = math.prod(self.cext[1:])
+        self.bs = max(1, BLOCK_ELEMS // max(rest, 1)) if self.cext else 1
+        self.nblocks = -(-self.cext[0] // self.bs) if self.cext else 1
+        self.parallel = math.prod(self.space) >= PARALLEL_MIN and self.nblocks > 1
+        self.steps: list = []   # (temp, dtype, dims, writer(out_expr, operand exprs), args)
+
+    def value(self, n, m, phase="epi"):
+        key = (n, m)
+        if key not in self.memo:
+            self.memo[key] = self._np_value(n, m)
+        return self.memo[key]
+
+    def _np_value(self, n, m):
+        """(expr or temp id, dtype, dims it varies along)."""
+        d = self.sub.nodes[n]
+        dt = d["dtype"]
+        if d["op"] == "const":
+            return self.const(d["attrs"]["value"], dt), dt, frozenset()
+        cm = self.to_cmap(m)
+        if n == self.einsum:
+            return "ob", dt, frozenset(cm)
+        if d["op"] == "input":
+            arg = self.args[(self.inputs.index(n), cm)]
+            return (f"{arg}[lo:hi]" if 0 in cm else arg), dt, frozenset(cm)
+        vals = [self.value(u, operand_index_map(self.sub, n, k, m))
+                for k, u in enumerate(ir.operands(self.sub, n))]
+        if d["op"] in ("broadcast_to", "transpose"):
+            return vals[0]
+        dims = frozenset().union(*[v[2] for v in vals])
+        if d["op"] in ("real", "imag"):
+            return f"np.{d['op']}({vals[0][0]})", dt, vals[0][2]
+        tid = len(self.steps)
+        self.steps.append((tid, dt, dims, self.np_writer(d["op"], [v[1] for v in vals], dt),
+                           [v[0] for v in vals]))
+        return tid, dt, dims
+
+    def np_writer(self, op, dts, out):
+        """``writer(o, args) -> lines`` computing ``op`` into array ``o``."""
+        if op in _UFUNC:
+            uf = _UFUNC[op].__name__
+            return lambda o, a: [f"np.{uf}({', '.join(a)}, out={o})"]
+        if op == "relu":
+            z = self.const(0, dts[0])
+            return lambda o, a: [f"np.maximum({a[0]}, {z}, out={o})"]
+        if op == "astype" and np.dtype(dts[0]).kind == "c" and out == "bool":
+            z = self.const(0, dts[0])
+            return lambda o, a: [f"np.not_equal({a[0]}, {z}, out={o})"]
+        if op == "astype":
+            real = np.dtype(dts[0]).kind == "c" and np.dtype(out).kind != "c"
+            return lambda o, a: [f"np.copyto({o}, {a[0]}{'.real' if real else ''}, "
+                                 "casting='unsafe')"]
+        if op == "where":
+            return lambda o, a: [f"np.copyto({o}, {a[2]}, casting='unsafe')",
+                                 f"np.copyto({o}, {a[1]}, casting='unsafe', where={a[0]})"]
+        if op == "sigmoid" and dts[0] == out and np.dtype(out).kind == "f":
+            h = self.const(0.5, out)
+            return lambda o, a: [f"np.multiply({a[0]}, {h}, out={o})", f"np.tanh({o}, out={o})",
+                                 f"np.multiply({o}, {h}, out={o})", f"np.add({o}, {h}, out={o})"]
+        if op == "gelu" and dts[0] == out and np.dtype(out).kind == "f":
+            h, one = self.const(0.5, out), self.const(1.0, out)
+            c, k = self.const(_GELU_C, out), self.const(0.044715, out)
+            return lambda o, a: [f"np.multiply({a[0]}, {a[0]}, out={o})",
+                                 f"np.multiply({o}, {a[0]}, out={o})",
+                                 f"np.multiply({o}, {k}, out={o})",
+                                 f"np.add({o}, {a[0]}, out={o})",
+                                 f"np.multiply({o}, {c}, out={o})", f"np.tanh({o}, out={o})",
+                                 f"np.add({o}, {one}, out={o})",
+                                 f"np.multiply({o}, {a[0]}, out={o})",
+                                 f"np.multiply({o}, {h}, out={o})"]
+        if op in ("sigmoid", "gelu"):
+            return lambda o, a: [f"np.copyto({o}, _ops.UNARY_FUNCS[{op!r}]({a[0]}), "
+                                 "casting='unsafe')"]
+        raise UnsupportedKernel(f"no NumPy-blocked form for op {op!r}")
+
+    def _scratch(self, dims, dt):
+        return tuple((self.bs if c == 0 else self.cext[c]) if c in dims else 1
+                     for c in range(len(self.cext)))
+
+    def block_body(self) -> tuple[list[str], list[str]]:
+        """(scratch allocations, per-block lines)."""
+        root = self.value(self.root, self.out_map)
+        last = {}
+        for tid, _, _, _, args in self.steps:
+            for a in args:
+                if isinstance(a, int):
+                    last[a] = tid
+        free: dict = {}
+        buf_of, allocs, body = {}, [], []
+        name = {}
+        for tid, dt, dims, writer, args in self.steps:
+            ex = [name[a] if isinstance(a, int) else a for a in args]
+            if tid == root[0]:
+                o = "ob"
+            else:
+                shape = self._scratch(dims, dt)
+                pool = free.setdefault((shape, dt), [])
+                if pool:
+                    b = pool.pop()
+                else:
+                    b = f"s{len(allocs)}"
+                    allocs.append(f"{b} = np.empty({shape}, {_T[dt]})")
+                buf_of[tid] = (b, shape, dt)
+                o = f"{b}[:n]" if 0 in dims else b
+            body += writer(o, ex)
+            name[tid] = o
+            for a in set(a for a in args if isinstance(a, int)):
+                if last.get(a) == tid and a in buf_of:
+                    b, shape, adt = buf_of[a]
+                    free.setdefault((shape, adt), []).append(b)
+        if not isinstance(root[0], int):   # the group only re-indexes its input
+            body.append(f"np.copyto(ob, {root[0]}, casting='unsafe')")
+        return allocs, body
+
+    def module(self, struct_key: str) -> str:
+        allocs, body = self.block_body()
+        rd = self.sub.nodes[self.root]
+        ops_ = [self.sub.nodes[n]["op"] for n in ir.topo_order(self.sub)
+                if self.sub.nodes[n]["op"] not in ("input", "const")]
+        nc = len(self.cext)
+        head = [f"# graphopt NumPy-blocked kernel {struct_key[:12]} (codegen v{CODEGEN_VERSION}),"
+                f" pattern {self.pattern}: {' -> '.join(ops_)}",
+                f"# out {tuple(rd['shape'])} {rd['dtype']}; loop space {self.space} collapsed "
+                f"to {tuple(self.cext)}; {self.nblocks} block(s) of {self.bs} along dim 0",
+                "import numpy as np", "",
+                "from graphopt.einsum import evaluate as einsum_evaluate  # noqa: F401",
+                "from graphopt import ops as _ops  # noqa: F401",
+                "from graphopt.backends.numba_codegen import run_blocks"]
+        head += [f"{name} = {text}" for name, text in self.globals.items()]
+        params = [n for n, _, _ in self.arg_specs]
+        lines = head + ["", "", "def blocks(views, o, first, end):",
+                        f"    {', '.join(params + [''])} = views" if params else "    pass"]
+        lines += ["    " + a for a in allocs]
+        lines.append("    with np.errstate(all='ignore'):")
+        if nc:
+            e0 = self.cext[0]
+            lines += [f"        for lo in range(first * {self.bs}, min(end * {self.bs}, {e0}), "
+                      f"{self.bs}):", f"            hi = min(lo + {self.bs}, {e0})",
+                      "            n = hi - lo  # noqa: F841", "            ob = o[lo:hi]"]
+            ind = 12
+        else:
+            lines += ["        lo, hi, n, ob = 0, 1, 1, o  # noqa: F841"]
+            ind = 8
+        lines += [" " * ind + b for b in body]
+        return "\n".join(lines + [""] + self.np_wrapper()) + "\n"
+
+    def np_wrapper(self) -> list[str]:
+        rd = self.sub.nodes[self.root]
+        shape, dt = tuple(rd["shape"]), _T[rd["dtype"]]
+        nc = len(self.cext)
+        out_cshape = tuple(self.cext)
+        used = sorted({p for _, p, _ in self.arg_specs})
+        lines = ["", "def epilogue(args, out):" if self.einsum is not None else
+                 "def kernel_call(args, out):"]
+        lines += [f"    x{p} = np.ascontiguousarray(args[{p}], "
+                  f"{_T[self.sub.nodes[self.inputs[p]]['dtype']]})" for p in used]
+        views = []
+        for name, p, cs in self.arg_specs:
+            cm = next(c for (q, c), nm in self.args.items() if nm == name)
+            perm = tuple(sorted(range(len(cm)), key=lambda i: cm[i]))
+            idx = ", ".join(":" if c in cm else "None" for c in range(nc))
+            v = f"x{p}.reshape({cs or (1,)})"
+            if cm and perm != tuple(range(len(cm))):
+                v += f".transpose({perm})"
+            views.append(v + (f"[{idx}]" if cm and len(cm) < nc else "") if cm else
+                         f"x{p}.reshape(())")
+        lines.append(f"    run_blocks(blocks, [{', '.join(views)}], out.reshape({out_cshape}), "
+                     f"{self.nblocks}, {self.parallel})")
+        lines += ["    return out", "", "", "def run(args, out=None):", "    if out is None:",
+                  f"        out = np.empty({shape}, {dt})",
+                  "    elif not out.flags.c_contiguous:",
+                  "        raise ValueError('out must be C-contiguous')"]
+        if self.einsum is None:
+            return lines + ["    return kernel_call(args, out)"]
+        eq = self.sub.nodes[self.einsum]["attrs"]["equation"]
+        ein = [f"args[{self.inputs.index(u)}]" for u in ir.operands(self.sub, self.einsum)]
+        return lines + [_einsum_call(eq, ein), "    return epilogue(args, out)"]
+
+
+def build_numpy_blocked(sub: nx.MultiDiGraph, pattern: str, *,
+                        name: str | None = None) -> GeneratedKernel:
+    """The group as cache-sized blocks of NumPy ufunc calls (``out=`` into reused scratch),
+    blocks spread over threads: the alternative where a numba kernel loses to NumPy's SIMD
+    ufuncs. Same ``fn``/``epilogue`` contract as ``build_fused_kernel`` (impl
+    "numpy-blocked"); elementwise and contraction patterns only."""
+    key = (ir.structural_hash(sub), pattern, "blocked")
+    with _lock:
+        k = _KERNELS.get(key)
+        if k is None:
+            gen = _BlockedSource(sub, pattern, False)
+            src = gen.module(key[0])
+            mod = _load_module(src)
+            k = GeneratedKernel(name="", fn=mod.run, source=src, pattern=pattern,
+                                impl="numpy-blocked", inplace_ok=gen.inplace_ok,
+                                details={"blocks": gen.nblocks, "block_rows": gen.bs,
+                                         "parallel": gen.parallel, "module": mod.__file__})
+            if gen.einsum is not None:
+                ins = list(sub.graph["inputs"])
+                k.einsum_node = gen.einsum
+                k.einsum_equation = sub.nodes[gen.einsum]["attrs"]["equation"]
+                k.einsum_args = tuple(ins.index(u) for u in ir.operands(sub, gen.einsum))
+                k.epilogue = mod.epilogue
+            _KERNELS[key] = k
+    return dataclasses.replace(k, name=name or f"blocked_{key[0][:8]}")

@@ -1,0 +1,408 @@
+"""``contraction``: merge einsum chains into one contraction, order it with opt_einsum, and
+split it back into pairwise ``einsum`` nodes (DESIGN §4).
+
+A *group* is a tree of einsum nodes (plus ``transpose`` nodes and multiplications by 0-d
+tensors) joined through intermediates that have exactly one use and are not graph
+outputs, all of one non-bool dtype (so no reordering can change the precision or the
+integer wrap-around of a partial product). Each group becomes one equation over its
+external operands; opt_einsum picks the order (``ctx.optimize``); the result is emitted as
+pairwise steps. The FLOPs (counted as opt_einsum counts them, ``cost.node_flops``) never
+exceed the user's own order: where theirs is as good, their nodes stay. ``ctx.memory_limit``
+(bytes) bounds every intermediate a group creates; where no pairwise order fits, the group
+stays one multi-operand einsum whose ``path`` attr is the best unconstrained path, for the
+``slicing`` pass.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import networkx as nx
+import numpy as np
+from opt_einsum import paths as oe_paths
+from opt_einsum.helpers import flop_count
+
+from .. import cost, ir
+from .. import einsum as einsum_mod
+from ..errors import GraphError
+from .manager import PassResult, register_pass
+
+# optimize="auto": exhaustive search up to AUTO_OPTIMAL_MAX operands, dynamic programming
+# up to AUTO_DP_MAX, greedy (polynomial) beyond.
+AUTO_OPTIMAL_MAX = 4
+AUTO_DP_MAX = 12
+# Where the chosen search finds no order within the memory limit, dynamic programming and
+# a two-way branch search are tried up to these sizes.
+LIMIT_DP_MAX = 16
+LIMIT_BRANCH_MAX = 10
+LIMIT_GREEDY_MAX = 64
+
+_LABELS: list[str] = []
+
+
+def label(i: int) -> str:
+    """The ``i``-th einsum label: ASCII letters first, then other Unicode letters."""
+    if not _LABELS:
+        _LABELS.extend("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
+    cp = ord(_LABELS[-1]) if len(_LABELS) > 52 else 0xBF
+    while len(_LABELS) <= i:
+        cp += 1
+        if chr(cp).isalpha() and not 0xD800 <= cp < 0xE000:
+            _LABELS.append(chr(cp))
+    return _LABELS[i]
+
+
+def relabel(terms, output) -> str:
+    """An equation with labels renamed to ``label(0), label(1), ...`` in order of first use."""
+    names: dict = {}
+    for t in list(terms) + [output]:
+        for c in t:
+            names.setdefault(c, label(len(names)))
+    return ",".join("".join(names[c] for c in t) for t in terms) + "->" + \
+        "".join(names[c] for c in output)
+
+
+# ---------------------------------------------------------------------------------- groups
+
+
+def _member(G, n) -> bool:
+    """May ``n`` be part of a group? Einsums, transposes, products with a 0-d tensor, all of
+    one non-bool dtype with their operands."""
+    d = G.nodes[n]
+    if d["dtype"] == "bool" or any(G.nodes[u]["dtype"] != d["dtype"] for u in ir.operands(G, n)):
+        return False
+    if d["op"] == "einsum":
+        return "slices" not in d["attrs"]
+    if d["op"] == "mul":
+        return any(G.nodes[u]["shape"] == () for u in ir.operands(G, n))
+    return d["op"] == "transpose"
+
+
+def find_groups(G) -> list[list[int]]:
+    """Maximal groups, each listed root first (the node whose value leaves the group)."""
+    outs = set(G.graph["outputs"])
+    member = {n for n in G if _member(G, n)}
+    absorbed = {n for n in member if n not in outs and G.out_degree(n) == 1
+                and next(iter(G.successors(n))) in member}
+    groups = []
+    for root in ir.topo_order(G):
+        if root not in member or root in absorbed:
+            continue
+        group, stack = [], [root]
+        while stack:
+            n = stack.pop()
+            group.append(n)
+            stack.extend(u for u in ir.operands(G, n) if u in absorbed)
+        if any(G.nodes[n]["op"] == "einsum" for n in group):
+            groups.append(group)
+    return groups
+
+
+@dataclass
+class Merged:
+    """One group as a single equation: ``terms[i]`` labels ``operands[i]``."""
+
+    operands: list[int]
+    terms: list[str]
+    output: str
+    sizes: dict
+
+    @property
+    def equation(self) -> str:
+        return ",".join(self.terms) + "->" + self.output
+
+
+def merge(G, group: list[int]) -> Merged:
+    """Substitute every intermediate of ``group`` by its defining equation. Labels summed
+    inside one einsum get fresh names, so they never collide with another einsum's."""
+    inside = set(group)
+    fresh = iter(range(1 << 62))
+    root = group[0]
+    out = [next(fresh) for _ in G.nodes[root]["shape"]]
+    operands, terms, sizes = [], [], {}
+    stack = [(root, out)]
+    while stack:
+        n, labels = stack.pop()
+        d = G.nodes[n]
+        if n not in inside:
+            operands.append(n)
+            terms.append(labels)
+            sizes.update(zip(labels, d["shape"]))
+            continue
+        args = ir.operands(G, n)
+        if d["op"] == "transpose":
+            inner = [None] * len(labels)
+            for p, a in enumerate(d["attrs"]["axes"]):
+                inner[a] = labels[p]
+            subs = [inner]
+        elif d["op"] == "mul":
+            subs = [labels if G.nodes[u]["shape"] == d["shape"] else [] for u in args]
+        else:
+            ins, res = einsum_mod.split(d["attrs"]["equation"])
+            name = dict(zip(res, labels))
+            for c in "".join(ins):
+                if c not in name:
+                    name[c] = next(fresh)
+            subs = [[name[c] for c in t] for t in ins]
+        stack.extend(reversed(list(zip(args, subs))))
+    chars: dict = {}
+    for t in terms + [out]:
+        for x in t:
+            chars.setdefault(x, label(len(chars)))
+    return Merged(operands, ["".join(chars[x] for x in t) for t in terms],
+                  "".join(chars[x] for x in out), {chars[x]: s for x, s in sizes.items()})
+
+
+# ------------------------------------------------------------------------------------ paths
+
+
+@dataclass
+class Steps:
+    """A path played out: per step the operand positions, their terms and the result term."""
+
+    path: list[tuple[int, ...]]
+    steps: list[tuple[tuple[int, ...], list[str], str]]
+    flops: int
+    largest: int      # elements of the largest intermediate (the final result excluded)
+    pairwise: bool
+
+
+def play(terms, output: str, sizes: dict, path) -> Steps:
+    """Play ``path`` (opt_einsum's linear format) over ``terms``; FLOPs as opt_einsum counts.
+    A step keeps only the labels later steps or the output need, in order of appearance."""
+    current = list(terms)
+    path = [tuple(p) for p in path] or [tuple(range(len(current)))]
+    steps, flops, largest = [], 0, 0
+    for k, inds in enumerate(path):
+        inds = tuple(sorted(inds))
+        picked = [current[i] for i in inds]
+        for i in reversed(inds):
+            current.pop(i)
+        if k == len(path) - 1:
+            if current:
+                raise GraphError(f"contraction path {path} leaves {len(current)} operand(s)")
+            result = output
+        else:
+            needed = set("".join(current)) | set(output)
+            result = "".join(c for c in dict.fromkeys("".join(picked)) if c in needed)
+            largest = max(largest, math.prod(sizes[c] for c in result))
+        idx = set("".join(picked))
+        flops += flop_count(idx, bool(idx - set(result)), len(picked), sizes)
+        current.append(result)
+        steps.append((inds, picked, result))
+    return Steps(path, steps, int(flops), largest, all(len(s[0]) <= 2 for s in steps))
+
+
+def left_to_right(n_operands: int) -> list[tuple[int, ...]]:
+    """The order a multi-operand einsum is written in: ((a b) c) d ..."""
+    if n_operands <= 2:
+        return [tuple(range(n_operands))]
+    return [(0, 1)] + [(0, n_operands - 2 - k) for k in range(n_operands - 2)]
+
+
+def optimizer_for(optimize, n_operands: int):
+    """``(search function, its name)`` for ``ctx.optimize`` on ``n_operands`` operands."""
+    if isinstance(optimize, oe_paths.PathOptimizer):
+        return optimize, type(optimize).__name__
+    if optimize == "auto":
+        optimize = ("optimal" if n_operands <= AUTO_OPTIMAL_MAX else
+                    "dp" if n_operands <= AUTO_DP_MAX else "greedy")
+    if isinstance(optimize, str):
+        try:
+            return oe_paths.get_path_fn(optimize), optimize
+        except KeyError:
+            pass
+    raise GraphError(f"optimize={optimize!r} is not a contraction path search; use 'auto', "
+                     f"{', '.join(repr(k) for k in oe_paths._PATH_OPTIONS if k != 'auto')} "
+                     "or an opt_einsum PathOptimizer")
+
+
+def fallbacks(n_operands: int) -> list[str]:
+    """Searches to try where the chosen one finds no order within the memory limit."""
+    return [name for name, most in (("dp", LIMIT_DP_MAX), ("branch-2", LIMIT_BRANCH_MAX))
+            if 2 < n_operands <= most]
+
+
+def search(fn, m: Merged, memory_limit: int | None) -> Steps | None:
+    """Run one path search; None where it finds no order under ``memory_limit``."""
+    if len(m.terms) <= 2:
+        path = [tuple(range(len(m.terms)))]
+    else:
+        try:
+            path = fn([set(t) for t in m.terms], set(m.output), m.sizes, memory_limit)
+        except RuntimeError:  # dynamic programming: nothing fits the limit
+            return None
+    return play(m.terms, m.output, m.sizes, path)
+
+
+# ------------------------------------------------------------------------------------- pass
+
+
+def user_cost(G, group: list[int]) -> tuple[int, int]:
+    """FLOPs and largest intermediate (elements) of ``group`` as the user wrote it; a
+    multi-operand einsum counts along its ``path`` attr, else left to right."""
+    flops = sum(cost.node_flops(G, n) for n in group)
+    largest = max((math.prod(G.nodes[n]["shape"]) for n in group[1:]), default=0)
+    for n in group:
+        d = G.nodes[n]
+        if d["op"] == "einsum" and G.in_degree(n) > 2:
+            ins, out = einsum_mod.split(d["attrs"]["equation"])
+            sizes = {c: s for t, u in zip(ins, ir.operands(G, n))
+                     for c, s in zip(t, G.nodes[u]["shape"])}
+            steps = play(ins, out, sizes, d["attrs"].get("path") or left_to_right(len(ins)))
+            largest = max(largest, steps.largest)
+    return flops, largest
+
+
+def _emit_pairwise(H, m: Merged, steps: Steps, operands: list[int], src) -> int:
+    items = list(operands)
+    for inds, picked, result in steps.steps:
+        args = [items[i] for i in inds]
+        for i in reversed(inds):
+            items.pop(i)
+        items.append(ir.add_op(H, "einsum", args, {"equation": relabel(picked, result)},
+                               src=src))
+    return items[0]
+
+
+def _size(elements: int, itemsize: int) -> dict:
+    return {"elements": int(elements), "bytes": int(elements) * itemsize}
+
+
+def _plan_group(G, group: list[int], ctx) -> tuple[Merged, dict, Steps | None]:
+    """Decide what to do with one group: ``(merged, record, steps)``; ``steps`` is None where
+    the user's nodes stay."""
+    root = group[0]
+    d = G.nodes[root]
+    m = merge(G, group)
+    itemsize = np.dtype(d["dtype"]).itemsize
+    limit = None if ctx.memory_limit is None else int(ctx.memory_limit) // itemsize
+    user_flops, user_largest = user_cost(G, group)
+    user_pairwise = all(G.in_degree(n) <= 2 for n in group)
+    fn, name = optimizer_for(ctx.optimize, len(m.terms))
+
+    def fits(s):
+        return s is not None and s.pairwise and (limit is None or s.largest <= limit)
+
+    def attempt(f):
+        # opt_einsum's limit covers the final result too, which exists in any order: the
+        # branch searches exempt a last pair that exceeds it, dynamic programming does not.
+        # Greedy under a limit is opt_einsum's branch search, cubic in the operand count:
+        # on large groups run plain greedy and check the limit afterwards.
+        lim = limit
+        if limit is not None and (f is oe_paths.dynamic_programming or
+                                  isinstance(f, oe_paths.DynamicProgramming)):
+            lim = max(limit, math.prod(d["shape"]))
+        elif f is oe_paths.greedy and len(m.terms) > LIMIT_GREEDY_MAX:
+            lim = None
+        return search(f, m, lim)
+
+    found = attempt(fn)
+    if limit is not None and not fits(found):
+        for alt in fallbacks(len(m.terms)):
+            s = attempt(oe_paths.get_path_fn(alt))
+            if fits(s) and (not fits(found) or s.flops < found.flops):
+                found, name = s, f"{name}, then {alt}"
+    user_fits = limit is None or user_largest <= limit
+    # (FLOPs, preference on ties, steps): the user's pairwise nodes win ties.
+    cands = [(user_flops, 0 if user_pairwise else 3, None)] if user_fits else []
+    if fits(found):
+        cands.append((found.flops, 1, found))
+    if len(group) == 1 and not user_pairwise:
+        ltr = play(m.terms, m.output, m.sizes, left_to_right(len(m.terms)))
+        if fits(ltr):
+            cands.append((ltr.flops, 2, ltr))
+    rec = {"root": root, "ops": [G.nodes[n]["op"] for n in group], "operands": len(m.terms),
+           "equation": m.equation, "optimizer": name, "flops_before": user_flops,
+           "largest_intermediate_before": _size(user_largest, itemsize)}
+    if not cands:  # nothing pairwise fits the limit: one multi-operand node, sliced later
+        options = [search(fn, m, None),
+                   play(m.terms, m.output, m.sizes, left_to_right(len(m.terms)))]
+        best = min((s for s in options if s is not None), key=lambda s: s.flops)
+        rec.update(decision="needs slicing", path=best.path, flops_after=best.flops,
+                   largest_intermediate_after=_size(best.largest, itemsize),
+                   reason=f"no pairwise order keeps every intermediate within "
+                          f"{ctx.memory_limit} bytes ({limit} elements)")
+        whole = [(tuple(range(len(m.terms))), m.terms, m.output)]
+        return m, rec, Steps(best.path, whole, best.flops, best.largest, False)
+    flops, _, steps = min(cands, key=lambda c: c[:2])
+    if steps is None:
+        if fits(found):
+            reason = (f"user order costs {user_flops} FLOPs <= {found.flops} of the best path "
+                      f"found ({name})")
+        else:
+            reason = (f"no other order found ({name}) fits: pairwise, intermediates within "
+                      f"{limit} elements (the user's largest is {user_largest})")
+        rec.update(decision="kept user order", reason=reason, flops_after=user_flops,
+                   largest_intermediate_after=rec["largest_intermediate_before"])
+        return m, rec, None
+    if not user_fits:
+        reason = (f"the user's order exceeds the memory limit ({user_largest} > {limit} "
+                  f"elements); this one fits with {flops} FLOPs (user: {user_flops})")
+    elif flops < user_flops:
+        reason = f"{flops} FLOPs < user order's {user_flops}"
+    else:
+        reason = f"{flops} FLOPs, as the user's multi-operand einsum, now pairwise"
+    rec.update(decision="reordered", reason=reason, flops_after=flops, path=steps.path,
+               largest_intermediate_after=_size(steps.largest, itemsize))
+    return m, rec, steps
+
+
+@register_pass("contraction")
+def contraction(G: nx.MultiDiGraph, ctx) -> PassResult:
+    """Merge, reorder and re-split einsum groups (see the module docstring).
+
+    Details: ``flops_before``/``flops_after`` (the whole graph, ``cost.graph_flops``),
+    ``largest_intermediate_before``/``_after`` (over the groups, elements and bytes),
+    ``path`` (per rewritten group root), ``merged`` (groups rewritten), ``groups`` (one
+    record per group), ``kept_user_order`` and ``needs_slicing``."""
+    H = ir.copy_graph(G)
+    replaced: dict[int, int] = {}
+    records = []
+    for group in find_groups(G):
+        m, rec, steps = _plan_group(G, group, ctx)
+        records.append(rec)
+        if steps is None:
+            continue
+        root = group[0]
+        rd = G.nodes[root]
+        operands = [replaced.get(u, u) for u in m.operands]
+        if rec["decision"] == "needs slicing":
+            new = ir.add_op(H, "einsum", operands, {"equation": m.equation, "path": steps.path},
+                            src=rd["src"])
+            rec["node"] = new
+        else:
+            new = _emit_pairwise(H, m, steps, operands, rd["src"])
+        nd = H.nodes[new]
+        if (nd["shape"], nd["dtype"]) != (rd["shape"], rd["dtype"]):
+            raise GraphError(f"contraction rebuilt {m.equation!r} as {nd['shape']} "
+                             f"{nd['dtype']}, expected {rd['shape']} {rd['dtype']}",
+                             op="einsum", src=rd["src"], node=root)
+        if "name" in rd:
+            nd["name"] = rd["name"]
+        ir.replace_uses(H, root, new)
+        H.remove_nodes_from(group)
+        replaced[root] = new
+    if replaced:
+        ir.drop_derived(H)
+
+    def largest(key):
+        best = max(records, key=lambda r: r[key]["bytes"], default=None)
+        return best[key] if best else {"elements": 0, "bytes": 0}
+
+    details = {
+        "flops_before": cost.graph_flops(G), "flops_after": cost.graph_flops(H),
+        "largest_intermediate_before": largest("largest_intermediate_before"),
+        "largest_intermediate_after": largest("largest_intermediate_after"),
+        "path": {str(r["root"]): r["path"] for r in records if "path" in r},
+        "merged": sum(r["decision"] != "kept user order" for r in records),
+        "groups": records,
+        "kept_user_order": [{"root": r["root"], "reason": r["reason"]} for r in records
+                            if r["decision"] == "kept user order"],
+        "needs_slicing": [{"node": r["node"], "root": r["root"], "path": r["path"],
+                           "memory_limit": ctx.memory_limit,
+                           "largest_intermediate": r["largest_intermediate_after"]}
+                          for r in records if r["decision"] == "needs slicing"],
+    }
+    return PassResult(H, details)

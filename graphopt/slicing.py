@@ -1,0 +1,412 @@
+"""Sliced contraction: bound the memory of a multi-operand einsum by looping over index ranges.
+
+A contraction ``equation`` played along ``path`` (opt_einsum's linear format) creates one
+intermediate per step. *Slicing* a label ``c`` with block ``b`` splits its range into
+``ceil(size/b)`` parts and runs the whole path once per part, on operand views restricted
+to that part: every intermediate holding ``c`` shrinks by ``size/b``. Slices of a summed
+label are added up; slices of an output label write disjoint regions of the result. Steps
+whose operands lack a sliced label are recomputed once per part of it: that is the FLOP
+overhead of slicing.
+
+``find_slices`` chooses labels and blocks greedily, as cotengra's ``SliceFinder`` does (it
+halves a label's block at a time, so a size-2 bond is sliced fully, as cotengra slices, and a
+size-4096 dimension in a few ranges): each round takes the move that removes the most
+excess memory per unit of added FLOPs. ``sliced_contract`` is the loop every host backend
+runs; the dask backend runs the same slices (``slice_ranges``) as independent tasks.
+
+IR contract: an einsum node with ``attrs["slices"]`` (labels) and optionally
+``attrs["slice_blocks"]`` (index values per slice, aligned with ``slices``; 1 where absent)
+and ``attrs["path"]``.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import math
+from dataclasses import dataclass
+from typing import Iterator, Sequence
+
+import numpy as np
+
+from .einsum import split as split_equation
+from .einsum import to_ascii
+from .errors import GraphError
+
+
+# ------------------------------------------------------------------------------------ paths
+
+
+def play_path(terms: Sequence[str], output: str, path) -> list[tuple[tuple[int, ...], list[str],
+                                                                     str]]:
+    """``path`` played over ``terms``: per step ``(positions, picked terms, result term)``.
+
+    A step's result keeps the labels that later steps or the output need, in order of
+    appearance; the last step's result is ``output`` (as ``passes.contraction.play``)."""
+    current = list(terms)
+    path = [tuple(p) for p in path] or [tuple(range(len(current)))]
+    steps = []
+    for k, inds in enumerate(path):
+        inds = tuple(sorted(inds))
+        if not inds or any(not 0 <= i < len(current) for i in inds) or len(set(inds)) != len(inds):
+            raise GraphError(f"contraction path {path} step {k} picks {inds} from "
+                             f"{len(current)} operand(s)")
+        picked = [current[i] for i in inds]
+        for i in reversed(inds):
+            current.pop(i)
+        if k == len(path) - 1:
+            if current:
+                raise GraphError(f"contraction path {path} leaves {len(current)} operand(s)")
+            result = output
+        else:
+            needed = set("".join(current)) | set(output)
+            result = "".join(c for c in dict.fromkeys("".join(picked)) if c in needed)
+        current.append(result)
+        steps.append((inds, picked, result))
+    return steps
+
+
+def default_path(equation: str, shapes, optimize="greedy") -> list[tuple[int, ...]]:
+    """opt_einsum's path for ``equation`` on operands of ``shapes``."""
+    import opt_einsum
+
+    if len(shapes) <= 2:
+        return [tuple(range(len(shapes)))]
+    path, _ = opt_einsum.contract_path(equation, *shapes, shapes=True, optimize=optimize)
+    return [tuple(p) for p in path]
+
+
+def label_sizes(equation: str, shapes) -> dict[str, int]:
+    inputs, _ = split_equation(equation)
+    return {c: int(s) for t, sh in zip(inputs, shapes) for c, s in zip(t, sh)}
+
+
+# ------------------------------------------------------------------------------------ costs
+
+
+def _flops(idx: set, inner: bool, n_terms: int, sizes: dict) -> int:
+    # opt_einsum.helpers.flop_count, in Python ints (no overflow on huge networks)
+    return math.prod(sizes[c] for c in idx) * (max(1, n_terms - 1) + (1 if inner else 0))
+
+
+@dataclass(frozen=True)
+class SliceCost:
+    """What a slicing costs: FLOPs over all slices (accumulation included), the largest
+    per-slice intermediate and the per-slice working set (elements), the slice count."""
+
+    flops: int
+    largest: int
+    working: int
+    n_slices: int
+    sizes: tuple[int, ...]   # per step: result elements per slice
+
+
+def slice_cost(steps, n_terms: int, output: str, sizes: dict,
+               blocks: dict[str, int]) -> SliceCost:
+    """Cost of running ``steps`` (``play_path`` over ``n_terms`` operands) once per slice of
+    ``blocks``."""
+    parts = {c: -(-sizes[c] // b) for c, b in blocks.items()}
+    per = {c: blocks.get(c, s) for c, s in sizes.items()}
+    current = [0] * n_terms  # elements alive by path position; operands are views (0)
+    flops, working, results = 0, 0, []
+    for inds, picked, result in steps:
+        idx = set("".join(picked))
+        recompute = math.prod(p for c, p in parts.items() if c not in idx)
+        flops += _flops(idx, bool(idx - set(result)), len(picked), sizes) * recompute
+        elems = math.prod(per[c] for c in result)
+        results.append(elems)
+        working = max(working, sum(current) + elems)  # operands live while the result is written
+        for i in reversed(inds):
+            current.pop(i)
+        current.append(elems)
+    summed = math.prod(p for c, p in parts.items() if c not in output)
+    flops += (summed - 1) * math.prod(sizes[c] for c in output)
+    return SliceCost(int(flops), max(results[:-1], default=0), working,
+                     math.prod(parts.values()), tuple(results))
+
+
+@dataclass(frozen=True)
+class SlicePlan:
+    """The slicing chosen for one contraction.
+
+    ``labels``/``blocks``: what to slice and the index values per slice; ``parts``: slices per
+    label; ``flops``/``flops_unsliced``: FLOPs with and without slicing (as opt_einsum counts,
+    plus the additions that sum the slices); ``largest_bytes``: the largest per-slice
+    intermediate; ``peak_bytes``: the predicted peak of the host loop (result + per-slice
+    working set); ``task_bytes``: one slice's operands + working set (a dask task). The
+    working set counts intermediates, not the transposed operand copies ``tensordot`` may
+    make within a step (up to twice a step's bytes)."""
+
+    labels: tuple[str, ...]
+    blocks: tuple[int, ...]
+    parts: tuple[int, ...]
+    n_slices: int
+    flops: int
+    flops_unsliced: int
+    largest_bytes: int
+    largest_unsliced_bytes: int
+    peak_bytes: int
+    task_bytes: int
+
+    @property
+    def flop_overhead(self) -> float:
+        return self.flops / self.flops_unsliced if self.flops_unsliced else 1.0
+
+    def to_dict(self) -> dict:
+        return {"slices": list(self.labels), "slice_blocks": list(self.blocks),
+                "parts": list(self.parts), "n_slices": self.n_slices, "flops": self.flops,
+                "flops_unsliced": self.flops_unsliced,
+                "flop_overhead": round(self.flop_overhead, 4),
+                "largest_intermediate_bytes": self.largest_bytes,
+                "largest_intermediate_unsliced_bytes": self.largest_unsliced_bytes,
+                "predicted_peak_bytes": self.peak_bytes, "task_peak_bytes": self.task_bytes}
+
+
+class _Slicer:
+    """The greedy search's state: per step its FLOPs and its per-slice result size, kept
+    up to date move by move, so one round costs one pass over the steps' labels."""
+
+    def __init__(self, steps, output: str, sizes: dict, limit_elems: float):
+        self.sizes, self.output, self.limit = sizes, set(output), limit_elems
+        self.idx = [set("".join(picked)) for _, picked, _ in steps]
+        self.res = [r for _, _, r in steps]
+        self.base = [_flops(i, bool(i - set(r)), len(p), sizes)
+                     for i, (_, p, r) in zip(self.idx, steps)]
+        self.recompute = [1] * len(steps)        # slices of labels a step lacks
+        self.elems = [math.prod(sizes[c] for c in r) for r in self.res]
+        self.out_elems = math.prod(sizes[c] for c in output)
+        self.summed = 1                          # slices of summed labels
+        self.blocks: dict[str, int] = {}
+        self.in_step = {c: [k for k, i in enumerate(self.idx) if c in i] for c in sizes}
+        self.in_result = {c: [k for k, r in enumerate(self.res) if c in r] for c in sizes}
+
+    def parts(self, c, block=None) -> int:
+        b = self.blocks.get(c, self.sizes[c]) if block is None else block
+        return -(-self.sizes[c] // b) if b else 1
+
+    @property
+    def flops(self) -> int:
+        return sum(f * r for f, r in zip(self.base, self.recompute)) + \
+            (self.summed - 1) * self.out_elems
+
+    def _bits(self, e: float) -> float:
+        return math.log2(e / self.limit) if e > self.limit else 0.0
+
+    @property
+    def excess(self) -> float:
+        """Bits by which the intermediates exceed the limit, summed (0: every one fits)."""
+        return sum(self._bits(e) for e in self.elems[:-1])
+
+    def trial(self, c, block) -> tuple[float, int]:
+        """``(excess removed, FLOPs after)`` of giving label ``c`` the block ``block``."""
+        b, p, q = self.blocks.get(c, self.sizes[c]), self.parts(c), self.parts(c, block)
+        last = len(self.elems) - 1
+        gain = sum(self._bits(self.elems[k]) - self._bits(self.elems[k] // b * block)
+                   for k in self.in_result[c] if k != last)
+        total = sum(f * r for f, r in zip(self.base, self.recompute))
+        inside = sum(self.base[k] * self.recompute[k] for k in self.in_step[c])
+        summed = self.summed if c in self.output else self.summed // p * q
+        return gain, inside + (total - inside) // p * q + (summed - 1) * self.out_elems
+
+    def apply(self, c, block) -> None:
+        b, p, q = self.blocks.get(c, self.sizes[c]), self.parts(c), self.parts(c, block)
+        inside = set(self.in_step[c])
+        self.recompute = [r if k in inside else r // p * q for k, r in enumerate(self.recompute)]
+        for k in self.in_result[c]:
+            self.elems[k] = self.elems[k] // b * block
+        if c not in self.output:
+            self.summed = self.summed // p * q
+        if block >= self.sizes[c]:
+            self.blocks.pop(c, None)
+        else:
+            self.blocks[c] = block
+
+    def fits_after(self, c, block) -> bool:
+        b, last = self.blocks.get(c, self.sizes[c]), len(self.elems) - 1
+        return all(self.elems[k] // b * block <= self.limit for k in self.in_result[c]
+                   if k != last)
+
+
+def find_slices(equation: str, sizes: dict, path, itemsize: int, limit: int) -> SlicePlan:
+    """Slices of ``equation`` (along ``path``) that keep every intermediate within ``limit``
+    bytes, greedily (module docstring). Raises ``GraphError`` (message with the numbers)
+    where no slicing can: an operand or the result alone exceeds the limit."""
+    terms, output = split_equation(equation)
+    steps = play_path(terms, output, path)
+    limit_elems = limit / itemsize
+    for k, t in enumerate(terms + [output]):
+        elems = math.prod(sizes[c] for c in t)
+        if elems > limit_elems:
+            what = "the result" if k == len(terms) else f"operand {k}"
+            raise GraphError(f"no slicing of {equation!r} fits memory_limit={limit} bytes: "
+                             f"{what} {t!r} alone is {elems * itemsize} bytes "
+                             f"({elems} elements of {itemsize} bytes)")
+    base = slice_cost(steps, len(terms), output, sizes, {})
+    state = _Slicer(steps, output, sizes, limit_elems)
+    while state.excess > 0:
+        over = {c for e, r in zip(state.elems[:-1], state.res) if e > limit_elems for c in r}
+        best = None
+        for c in sorted(over, key=equation.index):
+            b = state.blocks.get(c, sizes[c])
+            if b <= 1:
+                continue
+            gain, flops = state.trial(c, -(-b // 2))
+            extra = math.log2(max(flops, 1) / max(state.flops, 1))
+            score = (gain / (extra + 1e-3), -flops)
+            if best is None or score > best[0]:
+                best = (score, c, -(-b // 2))
+        if best is None:  # every label of an over-limit intermediate is sliced to one value
+            k = next(i for i, e in enumerate(state.elems) if e > limit_elems)
+            raise GraphError(f"no slicing of {equation!r} fits memory_limit={limit} bytes: "
+                             f"intermediate {steps[k][2]!r} stays {state.elems[k] * itemsize} "
+                             "bytes with every label sliced to one index")
+        state.apply(best[1], best[2])
+    _relax(state)
+    blocks = dict(state.blocks)
+    cost = slice_cost(steps, len(terms), output, sizes, blocks)
+    order = [c for c in dict.fromkeys(equation) if c in blocks]
+    parts = tuple(-(-sizes[c] // blocks[c]) for c in order)
+    out_elems = math.prod(sizes[c] for c in output)
+    operand_elems = sum(math.prod(blocks.get(c, sizes[c]) for c in t) for t in terms)
+    return SlicePlan(labels=tuple(order), blocks=tuple(blocks[c] for c in order), parts=parts,
+                     n_slices=cost.n_slices, flops=cost.flops, flops_unsliced=base.flops,
+                     largest_bytes=cost.largest * itemsize,
+                     largest_unsliced_bytes=base.largest * itemsize,
+                     peak_bytes=(out_elems + cost.working) * itemsize,
+                     task_bytes=(operand_elems + cost.working) * itemsize)
+
+
+def slice_and_repath(equation: str, sizes: dict, path, itemsize: int, limit: int,
+                     optimize="greedy", rounds: int = 2) -> tuple[list, SlicePlan]:
+    """``find_slices`` on ``path``, then on paths searched for the sliced sizes (the slices
+    change which order is cheap, as cotengra's slice-and-reconfigure); the cheapest result
+    as ``(path, plan)``."""
+    terms, _ = split_equation(equation)
+    best_path, best = [tuple(p) for p in path], find_slices(equation, sizes, path, itemsize,
+                                                            limit)
+    for _ in range(rounds):
+        if not best.labels or len(terms) <= 2:
+            break
+        block = dict(zip(best.labels, best.blocks))
+        shapes = [tuple(block.get(c, sizes[c]) for c in t) for t in terms]
+        try:
+            path = default_path(equation, shapes, optimize)
+        except (TypeError, ValueError, KeyError):
+            path = default_path(equation, shapes)
+        plan = find_slices(equation, sizes, path, itemsize, limit)
+        if (plan.flops, plan.n_slices) >= (best.flops, best.n_slices):
+            break
+        best_path, best = path, plan
+    return best_path, best
+
+
+def _relax(state: _Slicer) -> None:
+    """Undo halvings the final slicing does not need (greedy rounds can overshoot): double a
+    block back while everything still fits, the largest FLOP saving first."""
+    while True:
+        best = None
+        for c, b in state.blocks.items():
+            nb = min(2 * b, state.sizes[c])
+            if state.fits_after(c, nb):
+                flops = state.trial(c, nb)[1]
+                if best is None or flops < best[0]:
+                    best = (flops, c, nb)
+        if best is None or best[0] > state.flops:
+            return
+        state.apply(best[1], best[2])
+
+
+# ---------------------------------------------------------------------------------- running
+
+
+def slice_ranges(size: int, block: int) -> list[slice]:
+    """The index ranges of one sliced label: ``block`` values each, the last one ragged."""
+    block = max(1, int(block))
+    return [slice(s, min(s + block, size)) for s in range(0, size, block)] or [slice(0, 0)]
+
+
+def slice_combinations(labels: Sequence[str], sizes: dict, blocks) -> Iterator[dict]:
+    """Every slice: a ``{label: slice}`` per combination of the labels' ranges (row-major)."""
+    ranges = [slice_ranges(sizes[c], b) for c, b in zip(labels, blocks)]
+    for combo in itertools.product(*ranges):
+        yield dict(zip(labels, combo))
+
+
+def operand_view(array, term: str, where: dict):
+    """``array`` (labelled ``term``) restricted to the slice ``where`` (a view for NumPy)."""
+    if not any(c in where for c in term):
+        return array
+    return array[tuple(where.get(c, slice(None)) for c in term)]
+
+
+class PathContraction:
+    """``equation`` along ``path`` as opt_einsum contract expressions, one per operand-shape
+    signature (ragged last slices have their own); picklable for dask workers."""
+
+    def __init__(self, equation: str, path):
+        self.equation = equation
+        self.path = [tuple(p) for p in path]
+        self._exprs: dict = {}
+
+    def __getstate__(self):
+        return {"equation": self.equation, "path": self.path}
+
+    def __setstate__(self, state):
+        self.__init__(state["equation"], state["path"])
+
+    def __call__(self, *arrays):
+        import opt_einsum
+
+        if len(arrays) <= 2:
+            return np.einsum(to_ascii(self.equation), *arrays)
+        key = tuple((a.shape, a.dtype.str) for a in arrays)
+        expr = self._exprs.get(key)
+        if expr is None:
+            expr = opt_einsum.contract_expression(self.equation, *(a.shape for a in arrays),
+                                                  optimize=self.path)
+            self._exprs[key] = expr
+        return expr(*arrays)
+
+
+@functools.lru_cache(maxsize=256)
+def path_contraction(equation: str, path: tuple) -> PathContraction:
+    """A shared ``PathContraction`` (its contract expressions are built once per shape)."""
+    return PathContraction(equation, path)
+
+
+def sliced_contract(equation: str, path, slices, arrays: Sequence[np.ndarray], out=None,
+                    blocks=None):
+    """``einsum(equation, *arrays)`` along ``path``, looping over ``slices`` (labels) in
+    ranges of ``blocks`` index values (default 1 per label: each value its own slice).
+
+    Summed labels accumulate into the result; output labels fill disjoint regions. Memory:
+    the result plus one slice's intermediates. ``path`` None: opt_einsum's greedy path.
+    ``out`` (C-contiguous, the result's shape and dtype) receives the result if given."""
+    terms, output = split_equation(equation)
+    arrays = [np.asarray(a) for a in arrays]
+    sizes = label_sizes(equation, [a.shape for a in arrays])
+    if path is None:
+        path = default_path(equation, [a.shape for a in arrays])
+    blocks = [1] * len(slices) if blocks is None else list(blocks)
+    pairs = [(c, b) for c, b in zip(slices, blocks) if c in sizes]
+    contract = path_contraction(equation, tuple(tuple(p) for p in path))
+    shape = tuple(sizes[c] for c in output)
+    dtype = np.result_type(*arrays)
+    if out is None:
+        out = np.empty(shape, dtype=dtype)
+    outer = [(c, b) for c, b in pairs if c in output]
+    inner = [(c, b) for c, b in pairs if c not in output]
+    for region in slice_combinations([c for c, _ in outer], sizes, [b for _, b in outer]):
+        target = operand_view(out, output, region)
+        first = True
+        for part in slice_combinations([c for c, _ in inner], sizes, [b for _, b in inner]):
+            where = {**region, **part}
+            res = contract(*(operand_view(a, t, where) for a, t in zip(arrays, terms)))
+            if first:
+                np.copyto(target, res, casting="unsafe")
+                first = False
+            else:
+                target += res
+        if first:  # a summed label of size 0: the empty sum
+            target[...] = 0
+    return out

@@ -1,0 +1,239 @@
+"""Checking that a pass keeps a graph's meaning, with the interpreter as the oracle.
+
+``check_same_semantics`` compares two IRs on random inputs (the pass manager's debug
+mode calls it after every pass); ``assert_pass_preserves_semantics`` property-tests a pass
+on hypothesis-generated graphs and reports a shrunk counterexample as readable text.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .. import ir
+from ..errors import GraphError
+from ..interpreter import run_graph
+from ..passes.manager import PassContext, PassResult
+from .generators import random_values
+
+_TOL = {"float16": 1e-2, "float32": 1e-4, "complex64": 1e-4, "float64": 1e-9,
+        "complex128": 1e-9}
+
+
+def tolerance(dtype) -> tuple[float, float]:
+    """``(rtol, atol)`` for comparing values of ``dtype`` computed in different orders.
+
+    ``atol`` is relative to the output's magnitude (``max(1, max|expected|)``), so
+    cancellation in a reassociated sum does not count as a difference. Ints and bools
+    must match exactly.
+    """
+    t = _TOL.get(np.dtype(dtype).name, 0.0)
+    return t, t
+
+
+def _graph_tolerance(*graphs) -> tuple[float, float]:
+    """The loosest tolerance over every dtype computed anywhere in the graphs: a float64
+    output of float32 work carries float32 rounding."""
+    rt = 0.0
+    for G in graphs:
+        for _, d in G.nodes(data=True):
+            rt = max(rt, tolerance(d["dtype"])[0])
+            if d["op"] == "fused":
+                rt = max(rt, _graph_tolerance(d["attrs"]["graph"])[0])
+    return rt, rt
+
+
+def compare_outputs(expected, actual, rtol: float, atol: float) -> str | None:
+    """None if ``actual`` matches ``expected`` (same shape and dtype, values within
+    tolerance, NaN where NaN), else what differs."""
+    e, a = np.asarray(expected), np.asarray(actual)
+    if e.shape != a.shape or e.dtype != a.dtype:
+        return f"expected {e.shape} {e.dtype.name}, got {a.shape} {a.dtype.name}"
+    if e.dtype.kind in "biu" or (rtol == 0 and atol == 0):
+        bad = e != a
+        if np.any(bad):
+            return f"{int(np.sum(bad))} of {e.size} element(s) differ (exact dtype)"
+        return None
+    scale = max(1.0, float(np.max(np.abs(e[np.isfinite(e)]), initial=0.0)))
+    if np.allclose(a, e, rtol=rtol, atol=atol * scale, equal_nan=True):
+        return None
+    with np.errstate(all="ignore"):
+        err = np.abs(a.astype(complex) - e.astype(complex))
+    err = np.where(np.isnan(err), np.inf, err)
+    return (f"max abs error {float(np.max(err)):.3g} (rtol {rtol:g}, atol {atol * scale:.3g}); "
+            f"{int(np.sum(~np.isclose(a, e, rtol=rtol, atol=atol * scale, equal_nan=True)))} "
+            f"of {e.size} element(s) differ")
+
+
+def random_inputs(G, rng: np.random.Generator) -> list[np.ndarray]:
+    """Bounded random values for ``G``'s inputs, in input order."""
+    return [random_values(rng, G.nodes[i]["shape"], G.nodes[i]["dtype"])
+            for i in G.graph["inputs"]]
+
+
+def _signature(G) -> tuple:
+    ins = tuple((G.nodes[i].get("name"), tuple(G.nodes[i]["shape"]), G.nodes[i]["dtype"])
+                for i in G.graph["inputs"])
+    outs = tuple((tuple(G.nodes[o]["shape"]), G.nodes[o]["dtype"]) for o in G.graph["outputs"])
+    return ins, outs, repr(G.graph.get("output_structure"))
+
+
+def check_same_semantics(G_before, G_after, pass_name: str, n_trials: int = 3,
+                         seed: int = 0) -> None:
+    """Run both IRs on the same random inputs; raise ``GraphError`` naming the pass and the
+    first output that differs.
+
+    The signatures (input names/shapes/dtypes, output shapes/dtypes and structure) must
+    be equal. A trial on which the *original* graph itself fails is skipped.
+    """
+    sb, sa = _signature(G_before), _signature(G_after)
+    for what, x, y in zip(("inputs", "outputs", "output structure"), sb, sa):
+        if x != y:
+            raise GraphError(f"pass {pass_name!r} changed the graph's {what}: {x} -> {y}")
+    rtol, atol = _graph_tolerance(G_before, G_after)
+    rng = np.random.default_rng(seed)
+    for trial in range(n_trials):
+        inputs = random_inputs(G_before, rng)
+        try:
+            expected = run_graph(G_before, inputs)
+        except Exception:  # value-dependent failure of the original graph
+            continue
+        try:
+            actual = run_graph(G_after, inputs)
+        except Exception as e:
+            raise GraphError(f"pass {pass_name!r} produced a graph the interpreter cannot "
+                             f"run: {type(e).__name__}: {e}") from e
+        for k, (e, a) in enumerate(zip(expected, actual)):
+            diff = compare_outputs(e, a, rtol, atol)
+            if diff:
+                o = G_after.graph["outputs"][k]
+                d = G_after.nodes[o]
+                raise GraphError(f"pass {pass_name!r} changed output {k} (trial {trial}, "
+                                 f"seed {seed}): {diff}", op=d["op"], src=d.get("src"), node=o)
+
+
+# ------------------------------------------------------------------------ readable graphs
+
+
+def _fmt_attr(v) -> str:
+    if isinstance(v, np.ndarray) or isinstance(v, np.generic):
+        return np.array2string(np.asarray(v), precision=4, threshold=12, separator=",",
+                               max_line_width=1000)
+    if isinstance(v, dict):
+        return "{" + ", ".join(f"{k}={_fmt_attr(x)}" for k, x in v.items()) + "}"
+    if hasattr(v, "graph") and hasattr(v, "nodes"):
+        return f"<subgraph {v.number_of_nodes()} nodes>"
+    return repr(v)
+
+
+def graph_text(G, indent: str = "") -> str:
+    """A node listing of an IR, one line per node in topological order, e.g.
+    ``%4 = einsum{equation='ab,bc->ac'}(%1, %2) : (2, 4) float32``."""
+    lines = [f"{indent}graph {G.graph.get('name', 'graph')!r}:"]
+    for n in ir.topo_order(G):
+        d = G.nodes[n]
+        args = ", ".join(f"%{u}" for u in ir.operands(G, n))
+        if d["op"] == "input":
+            head = f"input {d.get('name')!r}"
+        else:
+            attrs = {k: v for k, v in d["attrs"].items() if k not in ("graph", "srcs")}
+            head = d["op"] + (_fmt_attr(attrs) if attrs else "") + f"({args})"
+        lines.append(f"{indent}  %{n} = {head} : {tuple(d['shape'])} {d['dtype']}")
+        if d["op"] == "fused":
+            lines.append(graph_text(d["attrs"]["graph"], indent + "      "))
+    outs = ", ".join(f"%{o}" for o in G.graph["outputs"])
+    lines.append(f"{indent}  outputs: ({outs}) as {G.graph.get('output_structure')}")
+    return "\n".join(lines)
+
+
+# ------------------------------------------------------------------------ pass property
+
+
+def _as_result_graph(result):
+    if isinstance(result, PassResult):
+        return result.graph
+    if isinstance(result, tuple) and len(result) == 2:
+        return result[0]
+    return result
+
+
+def _snapshot(G) -> tuple:
+    return (ir.structural_hash(G), G.number_of_edges(),
+            tuple(sorted((n, d.get("name"), d.get("src")) for n, d in G.nodes(data=True))))
+
+
+def check_pass_once(pass_, G, inputs: dict, ctx=None) -> str | None:
+    """Run ``pass_`` on ``G`` once and check it; None if it behaved, else what went wrong.
+
+    Checks: it returns a graph, leaves ``G`` unchanged, its output verifies, keeps the
+    signature, and gives the interpreter's results on ``inputs``."""
+    name = getattr(pass_, "pass_name", getattr(pass_, "__name__", repr(pass_)))
+    before = _snapshot(G)
+    try:
+        H = _as_result_graph(pass_(G, ctx if ctx is not None else PassContext()))
+    except Exception as e:  # any crash of the pass is a finding
+        return f"pass {name!r} raised {type(e).__name__}: {e}"
+    if _snapshot(G) != before:
+        return f"pass {name!r} mutated its input graph"
+    if not (hasattr(H, "nodes") and hasattr(H, "graph")):
+        return f"pass {name!r} returned {type(H).__name__}, not a graph"
+    try:
+        ir.verify(H, pass_name=name)
+    except GraphError as e:
+        return f"pass {name!r} produced an invalid IR: {e}\nafter the pass:\n{graph_text(H)}"
+    sb, sa = _signature(G), _signature(H)
+    if sb != sa:
+        return f"pass {name!r} changed the graph's signature: {sb} -> {sa}"
+    arrays = [inputs[G.nodes[i]["name"]] for i in G.graph["inputs"]]
+    expected = run_graph(G, arrays)
+    try:
+        actual = run_graph(H, arrays)
+    except Exception as e:
+        return f"the interpreter failed on the pass's output: {type(e).__name__}: {e}"
+    rtol, atol = _graph_tolerance(G, H)
+    for k, (e, a) in enumerate(zip(expected, actual)):
+        diff = compare_outputs(e, a, rtol, atol)
+        if diff:
+            return (f"pass {name!r} changed output {k}: {diff}\nexpected {e!r}\ngot {a!r}\n"
+                    f"after the pass:\n{graph_text(H)}")
+    return None
+
+
+def assert_pass_preserves_semantics(pass_, max_examples: int = 50, graphs=None, *, ctx=None,
+                                    **graph_kwargs) -> None:
+    """Property-test ``pass_`` (DESIGN §4) on hypothesis-generated graphs.
+
+    For each graph from ``graphs`` (default ``strategies.graphs(**graph_kwargs)``) and
+    inputs from ``inputs_for``: the pass must not mutate its input, its output must verify
+    and keep the signature, and the interpreter must give the same results. Other settings
+    (derandomize, database) come from the active hypothesis profile.
+
+    Raises:
+        AssertionError: with hypothesis' shrunk counterexample: the graph as a node
+            listing, the inputs, and what differed.
+    """
+    from hypothesis import HealthCheck, Phase, given, settings
+    from hypothesis import strategies as st
+
+    from ..graph import Graph
+    from . import strategies
+
+    strategy = graphs if graphs is not None else strategies.graphs(**graph_kwargs)
+
+    # No explain phase: it traces every line of the pass and multiplies the time to report.
+    phases = tuple(p for p in settings.default.phases if p is not Phase.explain)
+
+    @settings(max_examples=max_examples, deadline=None, report_multiple_bugs=False, phases=phases,
+              suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much,
+                                     HealthCheck.data_too_large,
+                                     HealthCheck.large_base_example])
+    @given(strategy, st.data())
+    def prop(g, data):
+        G = g.to_ir() if isinstance(g, Graph) else g
+        inputs = data.draw(strategies.inputs_for(G), label="inputs")
+        problem = check_pass_once(pass_, G, inputs, ctx)
+        if problem:
+            shown = {k: np.array2string(v, precision=4, threshold=20) for k, v in inputs.items()}
+            raise AssertionError(f"{problem}\n\ncounterexample (shrunk by hypothesis):\n"
+                                 f"{graph_text(G)}\ninputs: {shown}")
+
+    prop()

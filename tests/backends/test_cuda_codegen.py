@@ -1,0 +1,486 @@
+"""CPU tests of the CUDA source generator (no cupy, no GPU).
+
+Besides the structure of the generated programs, the emitted C is *run*: a host shim makes
+the stage bodies plain C++ (``__device__`` dropped, ``complex`` = ``std::complex``, cupy's
+``float16`` a float that rounds on construction), g++ compiles each program once, and each
+stage runs the way cupy runs it (ElementwiseKernel: one body per element; ReductionKernel:
+``map -> REDUCE -> POST_MAP`` with cupy's macros). Einsum stages run through the GEMM
+mapping with NumPy. The result must equal the interpreter.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tempfile
+
+import networkx as nx
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import graphopt as go
+from graphopt import ir
+from graphopt.einsum import evaluate as einsum_evaluate, parse as einsum_parse
+from graphopt.backends import cuda_codegen as cg
+from graphopt.backends.cupy_gpu import (Cublas, _view_is_free, contraction_candidates,
+                                        contraction_estimates, gemm_plan, run_gemm)
+from graphopt.interpreter import run_graph
+from graphopt.testing import graphs, inputs_for
+from graphopt.testing.semantics import compare_outputs, tolerance
+
+GXX = shutil.which("g++")
+needs_gxx = pytest.mark.skipif(GXX is None, reason="g++ not found: cannot run emitted C on host")
+
+SHIM = r"""
+#include <cmath>
+#include <complex>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+using namespace std;
+#define __device__
+static inline unsigned int __float_as_uint(float x) { unsigned int u; memcpy(&u, &x, 4); return u; }
+static inline float __uint_as_float(unsigned int u) { float x; memcpy(&x, &u, 4); return x; }
+static inline float __int_as_float(int u) { float x; memcpy(&x, &u, 4); return x; }
+static inline double __longlong_as_double(long long u) { double x; memcpy(&x, &u, 8); return x; }
+static float shim_f16(float x);
+struct float16 { float v; float16() : v(0) {} float16(float x) : v(shim_f16(x)) {}
+                 explicit float16(double x) : v(shim_f16((float)x)) {}
+                 operator float() const { return v; } };
+static float shim_f16(float x) {  // reference rounding, independent of the generated helper
+  return (float)(_Float16)x;
+}
+#include <string>
+template <typename T> static vector<T> load(const string& p, size_t n) {
+  vector<T> v(n); FILE* f = fopen(p.c_str(), "rb");
+  if (n && fread(v.data(), sizeof(T), n, f) != n) exit(3);
+  fclose(f); return v; }
+template <typename T> static void save(const string& p, const vector<T>& v) {
+  FILE* f = fopen(p.c_str(), "wb"); fwrite(v.data(), sizeof(T), v.size(), f); fclose(f); }
+"""
+
+HOST = {"float16": ("float", np.float32), "bool": ("unsigned char", np.uint8)}
+
+
+def _host(dtype):
+    """(C type of the file data, numpy dtype written) for a storage dtype."""
+    return HOST.get(dtype, (cg.CTYPES[dtype], np.dtype(dtype)))
+
+
+def _stage_code(i: int, s) -> str:
+    decl, loads = [], []
+    for k, o in enumerate(s.operands):
+        ht, _ = _host(o.dtype)
+        loads.append(f"auto _f{k} = load<{ht}>(dir + \"/s{i}_in{k}.bin\", n_in);")
+        decl.append(f"const {cg.CTYPES[o.dtype]} in{k} = ({cg.CTYPES[o.dtype]})_f{k}[_j];")
+    oht, _ = _host(s.dtype)
+    oct_ = cg.CTYPES[s.dtype]
+    head = [f"static void stage{i}(const string& dir, size_t n_in, size_t n_out) {{"] + \
+        ["  " + x for x in loads] + [f"  vector<{oht}> _out(n_out);"]
+    if s.kind == "elementwise":
+        body = ["  for (size_t _j = 0; _j < n_out; ++_j) {"] + ["    " + x for x in decl] + \
+            [f"    {oct_} _o; {oct_}& out0 = _o;", "    {", s.operation, "    }",
+             f"    _out[_j] = ({oht})(_o);", "  }"]
+    else:
+        body = ["  size_t red = n_out ? n_in / n_out : 0;",
+                "  for (size_t _o_i = 0; _o_i < n_out; ++_o_i) {",
+                f"    _type_reduce _s = _type_reduce({s.identity});",
+                "    for (size_t _r = 0; _r < red; ++_r) { size_t _j = _o_i * red + _r;"] + \
+            ["      " + x for x in decl] + \
+            [f"      _type_reduce _a = static_cast<_type_reduce>({s.map_expr});",
+             "      _s = REDUCE(_s, _a); }",
+             f"    {oct_} _o; {oct_}& out0 = _o; POST_MAP(_s); _out[_o_i] = ({oht})(_o);", "  }"]
+    out = head + body + ["  save(dir + \"/s%d_out.bin\", _out);" % i, "}"]
+    if s.kind == "reduction":
+        out = [f"#define REDUCE(a, b) ({s.reduce_expr})",
+               f"#define POST_MAP(a) ({s.post_map_expr})",
+               f"typedef {s.reduce_type} _type_reduce;"] + out + \
+            ["#undef REDUCE", "#undef POST_MAP"]
+    return s.preamble + "\n" + "\n".join(out)
+
+
+def _program_source(prog) -> str:
+    """One C++ file: each stage in its own namespace (as each is its own cupy module)."""
+    stages = [(i, s) for i, s in enumerate(prog.stages) if s.kind != "einsum"]
+    parts = [SHIM] + [f"namespace s{i} {{\n{_stage_code(i, s)}\n}}" for i, s in stages]
+    calls = "\n".join(f"  if (st == {i}) s{i}::stage{i}(dir, n_in, n_out);" for i, _ in stages)
+    parts.append("int main(int argc, char** argv) {\n  int st = atoi(argv[1]); string dir = "
+                 "argv[2];\n  size_t n_in = strtoull(argv[3], 0, 10), n_out = "
+                 "strtoull(argv[4], 0, 10);\n" + calls + "\n  return 0;\n}")
+    return "\n".join(parts)
+
+
+def _chain(a, chain):
+    for op, arg in chain:
+        a = a.transpose(arg) if op == "transpose" else \
+            np.broadcast_to(a, arg) if op == "broadcast_to" else a.reshape(arg)
+    return a
+
+
+def run_on_host(prog: cg.GroupProgram, args: list, workdir: str) -> np.ndarray:
+    """Run ``prog`` the way the cupy backend does, with the C stages compiled by g++."""
+    src = _program_source(prog)
+    cpp = os.path.join(workdir, "prog.cpp")
+    exe = os.path.join(workdir, "prog")
+    with open(cpp, "w") as f:
+        f.write(src)
+    if any(s.kind != "einsum" for s in prog.stages):
+        r = subprocess.run([GXX, "-std=gnu++17", "-O0", "-w", cpp, "-o", exe],
+                           capture_output=True, text=True)
+        assert r.returncode == 0, f"g++ rejected the generated code:\n{r.stderr[:3000]}\n{src}"
+    consts = [np.asarray(c) for c in prog.constants]
+    res = []
+    for i, s in enumerate(prog.stages):
+        views = []
+        for o in s.operands:
+            base = {"input": args, "stage": res, "const": consts,
+                    "shape": [np.zeros((), bool)]}[o.source][o.index]
+            views.append(_chain(np.asarray(base), o.chain))
+        if s.kind == "einsum":
+            xs = [v.astype(s.dtype) for v in views]
+            out = np.empty(s.shape, s.dtype)
+            p = gemm_plan(s.equation, [v.shape for v in xs]) if len(xs) == 2 else None
+            if p is not None:
+                run_gemm(np, p, xs[0], xs[1], out)
+            else:
+                out[...] = einsum_evaluate(s.equation, xs)
+            res.append(out * out.dtype.type(s.alpha) if s.alpha != 1 else out)
+            continue
+        if s.kind == "elementwise":
+            views = [np.broadcast_to(v, s.shape) for v in views]
+            n_in = n_out = int(np.prod(s.shape, dtype=np.int64))
+        else:
+            red = [a for a in range(len(s.in_shape)) if a in s.axes]
+            keep = [a for a in range(len(s.in_shape)) if a not in s.axes]
+            views = [np.broadcast_to(v, s.in_shape).transpose(keep + red) for v in views]
+            n_in = int(np.prod(s.in_shape, dtype=np.int64))
+            n_out = int(np.prod(s.shape, dtype=np.int64))
+        for k, (v, o) in enumerate(zip(views, s.operands)):
+            _, hdt = _host(o.dtype)
+            np.ascontiguousarray(v).astype(hdt).tofile(os.path.join(workdir, f"s{i}_in{k}.bin"))
+        r = subprocess.run([exe, str(i), workdir, str(n_in), str(n_out)], capture_output=True)
+        assert r.returncode == 0, r.stderr
+        _, hdt = _host(s.dtype)
+        raw = np.fromfile(os.path.join(workdir, f"s{i}_out.bin"), dtype=hdt)
+        res.append(raw.astype(s.dtype).reshape(s.shape))
+    return res[-1]
+
+
+def _single_output(G, k=0):
+    """``G`` with only its ``k``-th output, dead nodes dropped (a whole graph as one group)."""
+    H = ir.copy_graph(G)
+    o = H.graph["outputs"][k]
+    keep = set(nx.ancestors(H, o)) | {o} | set(H.graph["inputs"])
+    H.remove_nodes_from([n for n in list(H) if n not in keep])
+    H.graph["outputs"] = [o]
+    H.graph["output_structure"] = {"kind": "tensor"}
+    ir.drop_derived(H)
+    return H
+
+
+def _check(G, inputs: dict, **kw):
+    prog = cg.compile_group(G, **kw)
+    args = [inputs[G.nodes[i]["name"]] for i in G.graph["inputs"]]
+    expected = run_graph(G, args)[0]
+    with tempfile.TemporaryDirectory() as d:
+        got = run_on_host(prog, args, d)
+    rt = max(tolerance(G.nodes[n]["dtype"])[0] for n in G)
+    diff = compare_outputs(expected, got, rt, rt)
+    assert diff is None, f"{diff}\n{prog.source}"
+    return prog
+
+
+# ------------------------------------------------------------------------------ strings
+
+
+def test_literals_are_exact_and_typed():
+    assert cg.literal(0.5, "float32") == "0.5f"
+    assert float(cg.literal(0.1, "float32")[:-1]) == float(np.float32(0.1))
+    assert cg.literal(0.1, "float64") == "0.1"
+    assert cg.literal(-2**31, "int32") == "(-2147483647 - 1)"
+    assert cg.literal(5, "int64") == "5LL"
+    assert cg.literal(True, "bool") == "true"
+    assert cg.literal(np.inf, "float32") == "__int_as_float(0x7f800000)"
+    assert "0x7ff8" in cg.literal(np.nan, "float64")
+    assert cg.literal(1 + 2j, "complex64") == "complex<float>(1.0f, 2.0f)"
+
+
+def test_casts_follow_numpy():
+    assert cg.cast("x", "float32", "float32") == "x"
+    assert cg.cast("x", "float16", "float32") == "x"          # float16 computes in float
+    assert cg.cast("x", "float32", "float16") == "go_f16((float)(x))"
+    assert cg.cast("x", "complex64", "float64") == "((double)((x).real()))"
+    assert cg.cast("x", "float32", "complex128") == "complex<double>((double)(x))"
+    assert cg.cast("x", "int64", "bool") == "((x) != 0)"
+
+
+def test_unsupported_ops_are_refused():
+    g = go.Graph()
+    a, b = g.input("a", (3,), "complex64"), g.input("b", (3,), "complex64")
+    g.output(go.maximum(a, b))
+    with pytest.raises(cg.Unsupported, match="lexicographic"):
+        cg.compile_group(g.to_ir())
+
+
+# ---------------------------------------------------------------------------- structure
+
+
+def _ir(build):
+    g = go.Graph()
+    build(g)
+    return g.to_ir()
+
+
+def test_elementwise_group_is_one_kernel_with_readable_source():
+    def build(g):
+        x, b = g.input("x", (4, 8), "float32"), g.input("b", (8,), "float32")
+        g.output(go.gelu(x + b) * 0.5)
+    prog = cg.compile_group(_ir(build))
+    (s,) = prog.stages
+    assert s.kind == "elementwise" and s.dest == "out"
+    assert [o.source for o in s.operands] == ["input", "input"]
+    assert "tanh(" in s.operation and "0.5f" in s.operation
+    assert "// gelu @" in prog.source and "test_cuda_codegen.py" in prog.source
+
+
+def test_layout_ops_become_views_of_the_arguments():
+    prog = cg.compile_group(_ir(lambda g: g.output(
+        (lambda x: x + x.T)(g.input("x", (3, 3), "float64")))))
+    chains = [o.chain for o in prog.stages[0].operands]
+    assert chains == [(), (("transpose", (1, 0)),)]
+
+
+def test_softmax_is_two_reductions_and_an_epilogue():
+    prog = cg.compile_group(_ir(lambda g: g.output(go.softmax(g.input("x", (4, 8), "float32")))))
+    assert [s.kind for s in prog.stages] == ["reduction", "reduction", "elementwise"]
+    assert prog.stages[0].reduce_expr == "go_max(a, b)" and prog.stages[1].reduce_expr == "a + b"
+
+
+def test_elementwise_after_reduction_folds_into_post_map():
+    prog = cg.compile_group(_ir(lambda g: g.output(
+        go.log(go.sum(go.exp(g.input("x", (4, 8), "float32")), axis=1)) * 2.0)))
+    (s,) = prog.stages
+    assert s.kind == "reduction" and "post0(a)" in s.post_map_expr and "log(" in s.preamble
+
+
+def test_contraction_epilogue_runs_in_place_on_the_output():
+    def build(g):
+        x, w = g.input("x", (4, 8), "float32"), g.input("w", (8, 3), "float32")
+        g.output(go.relu(go.einsum("ij,jk->ik", x, w) + g.input("b", (3,), "float32")))
+    G = _ir(build)
+    prog = cg.compile_group(G)
+    assert [(s.kind, s.dest) for s in prog.stages] == [("einsum", "out"), ("elementwise", "out")]
+    # When the output buffer is also an operand the contraction may not write it first.
+    aliased = cg.compile_group(G, aliased={2})
+    assert [s.dest for s in aliased.stages] == ["temp", "out"]
+
+
+@needs_gxx
+def test_scalar_epilogue_folds_into_the_gemm_alpha(rng):
+    def build(g):
+        q, k = g.input("q", (2, 4, 3), "float32"), g.input("k", (2, 5, 3), "float32")
+        g.output(go.einsum("bqd,bkd->bqk", q, k) / 8.0)
+    G = _ir(build)
+    prog = cg.compile_group(G)
+    assert [s.kind for s in prog.stages] == ["einsum"] and prog.stages[0].alpha == 0.125
+    assert "alpha = 0.125" in prog.source
+    _check(G, {"q": _vals(rng, (2, 4, 3), "float32"), "k": _vals(rng, (2, 5, 3), "float32")})
+    G2 = _ir(lambda g: g.output(2.0 / go.einsum("ij,jk->ik", g.input("a", (2, 3), "float32"),
+                                                g.input("b", (3, 2), "float32"))))
+    assert [s.kind for s in cg.compile_group(G2).stages] == ["einsum", "elementwise"]
+
+
+def test_aliased_reduction_goes_through_a_temporary():
+    G = _ir(lambda g: g.output(go.sum(g.input("x", (4, 4), "float32"), axis=0)))
+    assert cg.compile_group(G, aliased={0}).via_temp
+
+
+def test_scalar_constants_become_literals_and_arrays_operands():
+    def build(g):
+        x = g.input("x", (4,), "float32")
+        g.output(x * 3.0 + g.const(np.arange(4, dtype=np.float32)))
+    prog = cg.compile_group(_ir(build))
+    (s,) = prog.stages
+    assert "3.0f" in s.operation
+    assert [o.source for o in s.operands] == ["input", "const"]
+    np.testing.assert_array_equal(prog.constants[0], np.arange(4))
+
+
+def test_single_node_subgraph_and_input_literals():
+    g = go.Graph()
+    x = g.input("x", (4,), "float32")
+    g.output(x + 2.0)
+    G = g.to_ir()
+    (n,) = [m for m in G if G.nodes[m]["op"] == "add"]
+    sub = cg.node_subgraph(G, n)
+    assert [sub.nodes[i]["name"] for i in sub.graph["inputs"]] == ["in0", "in1"]
+    prog = cg.compile_group(sub, literals={1: 2.0})
+    assert "2.0f" in prog.stages[0].operation and len(prog.stages[0].operands) == 1
+
+
+def test_kernel_names_are_structural():
+    G1 = _ir(lambda g: g.output(go.exp(g.input("x", (4,), "float32"))))
+    G2 = _ir(lambda g: g.output(go.exp(g.input("x", (4,), "float32"))))
+    assert cg.compile_group(G1).name == cg.compile_group(G2).name
+
+
+# --------------------------------------------------------------------------------- GEMM
+
+
+@pytest.mark.parametrize("eq,shapes", [
+    ("ij,jk->ik", [(3, 4), (4, 5)]),
+    ("ij,jk->ki", [(3, 4), (4, 5)]),                  # swapped operands
+    ("bij,bjk->bik", [(2, 3, 4), (2, 4, 5)]),
+    ("bhqd,bhkd->bhqk", [(2, 3, 4, 5), (2, 3, 6, 5)]),
+    ("ijk,kl->lji", [(2, 3, 4), (4, 5)]),             # transposed output
+    ("ij,kl->ijkl", [(2, 3), (4, 5)]),                # outer product
+    ("iaj,jb->ib", [(3, 2, 4), (4, 5)]),              # 'a' summed before the GEMM
+    ("i,i->", [(7,), (7,)]),
+    ("bi,bi->b", [(3, 4), (3, 4)]),
+])
+def test_gemm_plan_matches_numpy_einsum(eq, shapes, rng):
+    p = gemm_plan(eq, shapes)
+    a, b = (rng.standard_normal(s) for s in shapes)
+    out = np.empty(einsum_parse(eq, shapes).output_shape)
+    run_gemm(np, p, a, b, out)
+    np.testing.assert_allclose(out, np.einsum(eq, a, b), rtol=1e-12, atol=1e-12)
+    est = contraction_estimates(p, shapes, 8)
+    assert est["cublas-gemm"] > 0 and est["copy_bytes"] >= 0
+
+
+def _colmajor(x, op, ld):
+    """What cuBLAS reads for operand descriptor ``(op, ld)`` of row-major matrix view ``x``:
+    the stored column-major matrix, with ``op`` applied (it must equal ``x.T``)."""
+    R, C = x.shape
+    rows, cols = (C, R) if op == 0 else (R, C)
+    stored = np.lib.stride_tricks.as_strided(x, shape=(rows, cols),
+                                             strides=(x.itemsize, ld * x.itemsize))
+    assert ld >= max(1, rows)
+    return stored if op == 0 else stored.T
+
+
+@pytest.mark.parametrize("make", [
+    lambda r: r.standard_normal((5, 7)),                      # C-ordered
+    lambda r: r.standard_normal((7, 5)).T,                    # F-ordered
+    lambda r: r.standard_normal((5, 9))[:, :7],               # padded rows
+    lambda r: r.standard_normal((1, 7)), lambda r: r.standard_normal((5, 1)),
+    lambda r: r.standard_normal((9, 1)).T,
+])
+def test_cublas_layout_descriptors_read_the_transpose(make, rng):
+    x = make(rng)
+    op, ld, bs = Cublas._layout(x)
+    np.testing.assert_array_equal(_colmajor(x, op, ld), x.T)
+    assert bs == 0
+
+
+def test_cublas_layout_refuses_general_strides(rng):
+    assert Cublas._layout(rng.standard_normal((6, 8))[::2, ::2]) is None
+
+
+def test_contraction_candidates_follow_the_cost_model():
+    first = lambda eq, shapes: contraction_candidates(eq, shapes, "float32")[0][0]  # noqa: E731
+    assert first("ij,jk->ik", [(64, 32), (32, 16)]) == "cublas-gemm"
+    assert first("ii,ij->j", [(3, 3), (3, 4)]) == "cupy-einsum"
+    assert first("ij,jk,kl->il", [(2, 3), (3, 4), (4, 5)]) == "opt_einsum-pairwise"
+    est = contraction_estimates(gemm_plan("ijk,kl->lji", [(8, 9, 10), (10, 11)]),
+                                [(8, 9, 10), (10, 11)], 4)
+    assert est["copy_bytes"] > 0 and est["cublas-gemm"] <= est["cupy-einsum"]
+
+
+def test_gemm_plan_refuses_diagonals():
+    assert gemm_plan("ii,ij->j", [(3, 3), (3, 4)]) is None
+
+
+def test_view_is_free_knows_transposed_matrices():
+    assert _view_is_free((4, 5), (0, 1), (4, 5))
+    assert _view_is_free((4, 5), (1, 0), (5, 4))          # an F-ordered matrix
+    assert not _view_is_free((2, 3, 4), (1, 0, 2), (3, 8))  # merging non-adjacent axes
+
+
+# ----------------------------------------------------------------- emitted C, executed
+
+
+DTYPE_CASES = ["float32", "float64", "float16", "int32", "int64", "complex64", "bool"]
+
+
+@needs_gxx
+@pytest.mark.parametrize("dtype", DTYPE_CASES)
+def test_emitted_elementwise_code_matches_interpreter(dtype, rng):
+    def build(g):
+        x, y = g.input("x", (3, 4), dtype), g.input("y", (4,), dtype)
+        if dtype == "bool":
+            g.output(go.where(x, y, x) == (x * y + y))
+            return
+        z = x * y + x
+        if np.dtype(dtype).kind in "fc":
+            z = go.exp(go.tanh(z) * 0.5) - go.sigmoid(y) / (go.abs(x) + 1.0)
+            z = z + go.square(go.sqrt(go.abs(y) + 0.25)).astype(dtype)
+        if np.dtype(dtype).kind in "fi":
+            z = go.maximum(z, x.T.T) + go.relu(y - 1)
+        g.output(z)
+    G = _ir(build)
+    vals = {"x": _vals(rng, (3, 4), dtype), "y": _vals(rng, (4,), dtype)}
+    _check(G, vals)
+
+
+@needs_gxx
+@pytest.mark.parametrize("dtype", ["float32", "float16", "int32", "float64"])
+def test_emitted_reductions_match_interpreter(dtype, rng):
+    def build(g):
+        x = g.input("x", (3, 4, 5), dtype)
+        s = go.softmax(x.astype("float32") if dtype.startswith("int") else x, axis=1)
+        g.output(s.sum(axis=(0, 2)) + go.mean(x, axis=1).max() + go.min(x))
+    G = _ir(build)
+    _check(G, {"x": _vals(rng, (3, 4, 5), dtype)})
+
+
+@needs_gxx
+def test_float16_rounding_helper_matches_numpy():
+    xs = np.array([0.1, 1 / 3, 65504, 65519.9, 65520, 1e-5, 6.1e-5, -2.5e-8, 3e-8, -0.0, 1e30,
+                   np.inf, -np.inf, 2049, 2051, 1.0009765625 * 3], dtype=np.float32)
+    g = go.Graph()
+    x = g.input("x", xs.shape, "float32")
+    g.output(x.astype("float16").astype("float32"))
+    _check(g.to_ir(), {"x": xs})
+
+
+@needs_gxx
+def test_contraction_group_with_transposed_epilogue_operand(rng):
+    def build(g):
+        a, b = g.input("a", (4, 6), "float32"), g.input("b", (6, 4), "float32")
+        c = go.einsum("ij,jk->ik", a, b)
+        g.output(go.tanh(c) + c.T * 0.5)
+    _check(_ir(build), {"a": _vals(rng, (4, 6), "float32"), "b": _vals(rng, (6, 4), "float32")})
+
+
+def _vals(rng, shape, dtype):
+    dt = np.dtype(dtype)
+    if dt.kind == "b":
+        return rng.random(shape) < 0.5
+    if dt.kind == "i":
+        return rng.integers(-3, 4, size=shape).astype(dt)
+    if dt.kind == "c":
+        return (rng.uniform(-1, 1, shape) + 1j * rng.uniform(-1, 1, shape)).astype(dt)
+    return rng.uniform(-2, 2, shape).astype(dt)
+
+
+@needs_gxx
+@settings(max_examples=12)
+@given(data=st.data())
+def test_whole_random_graphs_as_one_group_match_interpreter(data):
+    """A whole hypothesis graph compiled as one group: every op, layout chains, multiple
+    reductions and einsums become stages; the emitted C agrees with the interpreter."""
+    g = data.draw(graphs(max_nodes=10, dtypes=("float64", "float32", "int64", "complex128")))
+    G = _single_output(g.to_ir())
+    if G.nodes[G.graph["outputs"][0]]["op"] in ("input", "const"):
+        return
+    vals = data.draw(inputs_for(G))
+    try:
+        cg.compile_group(G)
+    except cg.Unsupported:
+        return
+    _check(G, vals)

@@ -1,0 +1,35 @@
+"""Shared test set-up: hypothesis profiles, one numba kernel cache for the whole run, and
+an ``rng`` fixture.
+
+Profiles: ``ci`` (default; derandomized, no deadline, ~25 examples per property) and
+``thorough`` (500 examples): ``pytest --hypothesis-profile=thorough``.
+"""
+
+import os
+import pathlib
+
+# Before graphopt is imported: every test process shares one on-disk kernel cache.
+_CACHE = pathlib.Path(__file__).resolve().parent.parent / ".graphopt_cache" / "test"
+os.environ.setdefault("GRAPHOPT_CACHE_DIR", str(_CACHE))
+
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+from hypothesis import HealthCheck, Phase, settings  # noqa: E402
+
+_QUIET = [HealthCheck.too_slow, HealthCheck.filter_too_much, HealthCheck.data_too_large,
+          HealthCheck.large_base_example]
+# No explain phase in CI: it re-runs failing examples under a line tracer (minutes on this
+# suite); ``pytest --hypothesis-explain`` brings it back.
+settings.register_profile("ci", derandomize=True, deadline=None, max_examples=25,
+                          suppress_health_check=_QUIET, print_blob=True,
+                          phases=[p for p in Phase if p is not Phase.explain])
+settings.register_profile("thorough", deadline=None, max_examples=500,
+                          suppress_health_check=_QUIET)
+# pytest's --hypothesis-profile option loads its profile after this and wins.
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+
+@pytest.fixture
+def rng() -> np.random.Generator:
+    """A seeded NumPy generator (a fresh one per test)."""
+    return np.random.default_rng(20240601)

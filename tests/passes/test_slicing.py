@@ -1,0 +1,223 @@
+"""The slicing pass and the sliced-contraction executor (graphopt/slicing.py)."""
+
+import math
+import tracemalloc
+
+import numpy as np
+import opt_einsum
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import graphopt as go
+from graphopt import ir
+from graphopt.errors import GraphError
+from graphopt.passes import PassContext
+from graphopt.passes.contraction import label
+from graphopt.passes.slicing import slicing
+from graphopt.slicing import (default_path, find_slices, label_sizes, play_path, slice_cost,
+                              sliced_contract)
+
+
+def grid_equation(rows: int, cols: int) -> str:
+    """A closed rows x cols lattice tensor network (PEPS norm-like), contracted to a scalar."""
+    labels: dict = {}
+    terms = []
+    for i in range(rows):
+        for j in range(cols):
+            t = ""
+            for a, b in (((i, j), (i + 1, j)), ((i, j), (i, j + 1)), ((i - 1, j), (i, j)),
+                         ((i, j - 1), (i, j))):
+                if all(0 <= x < rows and 0 <= y < cols for x, y in (a, b)):
+                    t += labels.setdefault((a, b), label(len(labels)))
+            terms.append(t)
+    return ",".join(terms) + "->"
+
+
+def network_graph(eq: str, bond: int, dtype="float64"):
+    terms = eq.split("->")[0].split(",")
+    g = go.Graph("network")
+    ins = [g.input(f"t{k}", (bond,) * len(t), dtype) for k, t in enumerate(terms)]
+    g.output(go.einsum(eq, *ins))
+    return g
+
+
+def network_inputs(eq: str, bond: int, seed=0) -> dict:
+    rng = np.random.default_rng(seed)
+    terms = eq.split("->")[0].split(",")
+    # scaled so the scalar stays O(1) whatever the network size
+    return {f"t{k}": rng.standard_normal((bond,) * len(t)) / math.sqrt(bond)
+            for k, t in enumerate(terms)}
+
+
+def reference(eq: str, inputs: dict):
+    return opt_einsum.contract(eq, *inputs.values(), optimize="greedy")
+
+
+# ------------------------------------------------------------------------------ finder
+
+
+def test_find_slices_meets_the_limit_and_reports_the_cost():
+    eq, bond = grid_equation(5, 5), 3
+    shapes = [(bond,) * len(t) for t in eq[:-2].split(",")]
+    sizes = label_sizes(eq, shapes)
+    path = default_path(eq, shapes)
+    terms, out = eq.split("->")[0].split(","), ""
+    unsliced = slice_cost(play_path(terms, out, path), len(terms), out, sizes, {})
+    limit = 8 * 81
+    assert unsliced.largest * 8 > limit
+    plan = find_slices(eq, sizes, path, 8, limit)
+    assert plan.labels and plan.largest_bytes <= limit
+    assert plan.n_slices == math.prod(plan.parts) > 1
+    assert plan.flops >= plan.flops_unsliced == unsliced.flops
+    again = slice_cost(play_path(terms, out, path), len(terms), out, sizes,
+                       dict(zip(plan.labels, plan.blocks)))
+    assert again.largest * 8 == plan.largest_bytes and again.flops == plan.flops
+
+
+def test_labels_present_in_every_step_are_sliced_first():
+    # 'b' is a batch label in every operand and the output: slicing it costs no FLOPs;
+    # bi,bj first makes a b*i*j intermediate 32x larger than any operand
+    eq = "bi,bj,bjk,bik->b"
+    sizes = {"b": 16, "i": 64, "j": 64, "k": 2}
+    plan = find_slices(eq, sizes, [(0, 1), (0, 1), (0, 1)], 8, 16 * 64 * 64 * 8 // 4)
+    assert plan.labels == ("b",) and plan.blocks == (4,)
+    assert plan.flops == plan.flops_unsliced
+
+
+def test_blocks_slice_large_dimensions_in_ranges():
+    # ij,kl first makes an i*j*k*l intermediate; i and l appear in every step
+    eq = "ij,jk,kl->il"
+    sizes = {"i": 64, "j": 256, "k": 256, "l": 64}
+    plan = find_slices(eq, sizes, [(0, 2), (0, 1)], 8, 256 * 256 * 8 * 4)
+    assert plan.largest_bytes <= 256 * 256 * 8 * 4
+    assert set(plan.labels) <= {"i", "l"} and max(plan.blocks) > 1  # ranges, not single values
+    assert plan.flops == plan.flops_unsliced
+
+
+def test_no_slicing_fits_when_an_operand_or_the_result_exceeds_the_limit():
+    with pytest.raises(GraphError, match=r"the result 'abc' alone is 48000 bytes"):
+        find_slices("a,b,c->abc", {"a": 10, "b": 20, "c": 30}, [(0, 1), (0, 1)], 8, 800)
+    with pytest.raises(GraphError, match=r"operand 1 'bc' alone is 4800 bytes"):
+        find_slices("ab,bc,c->a", {"a": 2, "b": 20, "c": 30}, [(0, 1), (0, 1)], 8, 1000)
+
+
+# ---------------------------------------------------------------------------- executor
+
+
+@st.composite
+def sliced_problems(draw):
+    """An explicit IR equation (repeated labels allowed), its arrays, a path and slices."""
+    n = draw(st.integers(1, 4))
+    pool = "abcdef"[:draw(st.integers(1, 6))]
+    size = {c: draw(st.integers(1, 5)) for c in pool}
+    terms = ["".join(draw(st.lists(st.sampled_from(pool), max_size=3))) for _ in range(n)]
+    used = list(dict.fromkeys("".join(terms)))
+    out = "".join(draw(st.permutations([c for c in used if draw(st.booleans())])))
+    eq = ",".join(terms) + "->" + out
+    rng = np.random.default_rng(draw(st.integers(0, 2**16)))
+    arrays = [rng.standard_normal([size[c] for c in t]) for t in terms]
+    path = [tuple(range(n))] if n <= 2 else default_path(eq, [a.shape for a in arrays])
+    slices = draw(st.lists(st.sampled_from(used), unique=True)) if used else []
+    blocks = [draw(st.integers(1, size[c])) for c in slices]
+    return eq, arrays, path, slices, blocks
+
+
+@given(sliced_problems())
+def test_sliced_contract_equals_einsum(problem):
+    eq, arrays, path, slices, blocks = problem
+    expected = np.einsum(eq, *arrays)
+    got = sliced_contract(eq, path, slices, arrays, blocks=blocks)
+    np.testing.assert_allclose(got, expected, rtol=1e-10, atol=1e-10)
+    out = np.full(expected.shape, np.nan)
+    assert sliced_contract(eq, path, slices, arrays, out=out, blocks=blocks) is out
+    np.testing.assert_allclose(out, expected, rtol=1e-10, atol=1e-10)
+
+
+def test_sliced_contract_empty_sum_and_unicode_labels():
+    a, b = np.ones((3, 0)), np.ones((0, 2))
+    np.testing.assert_array_equal(sliced_contract("ab,bc->ac", None, ["b"], [a, b]),
+                                  np.zeros((3, 2)))
+    rng = np.random.default_rng(1)
+    x, y, z = (rng.standard_normal(s) for s in ((3, 4), (4, 5), (5, 3)))
+    got = sliced_contract("αβ,βγ,γα->α", [(0, 1), (0, 1)], ["β", "γ"], [x, y, z], blocks=[2, 3])
+    np.testing.assert_allclose(got, np.einsum("ab,bc,ca->a", x, y, z), rtol=1e-12)
+
+
+# -------------------------------------------------------------------------------- pass
+
+
+def test_pass_without_memory_limit_changes_nothing():
+    g = network_graph(grid_equation(3, 3), 2)
+    G = g.to_ir()
+    res = slicing(G, PassContext())
+    assert ir.structural_hash(res.graph) == ir.structural_hash(G)
+    assert res.record["sliced"] == [] and res.record["memory_limit"] is None
+
+
+def test_compiled_network_runs_sliced_within_the_limit_and_equals_unsliced():
+    eq, bond = grid_equation(5, 5), 3
+    g = network_graph(eq, bond)
+    inputs = network_inputs(eq, bond)
+    limit = 8 * 81
+    plan = go.compile(g, backend="numpy", memory_limit=limit, cache=False)
+    rec = plan.report["slicing"].details
+    (sliced,) = rec["sliced"]
+    assert sliced["largest_intermediate_bytes"] <= limit
+    assert sliced["largest_intermediate_unsliced_bytes"] > limit
+    assert sliced["n_slices"] > 1 and rec["flop_overhead"] >= 1.0
+    assert rec["slices"] == {str(sliced["node"]): sliced["slices"]}
+    node = plan.graph.nodes[sliced["node"]]
+    assert node["attrs"]["slices"] == sliced["slices"]
+    assert plan.steps[0].kernel.impl == "numpy-sliced"
+    np.testing.assert_allclose(plan(**inputs), reference(eq, inputs), rtol=1e-9)
+    unsliced = go.compile(g, backend="numpy", cache=False)
+    assert "slices" not in unsliced.graph.nodes[unsliced.steps[0].node]["attrs"]
+    np.testing.assert_allclose(plan(**inputs), unsliced(**inputs), rtol=1e-9)
+
+
+def test_sliced_plan_allocates_within_the_predicted_peak():
+    # bond 8 on a 4x5 lattice: the unsliced path holds an 8**6-element (2 MiB)
+    # intermediate; the budget is the largest tensor, 8**4 elements (32 KiB)
+    eq, bond = grid_equation(4, 5), 8
+    g = network_graph(eq, bond)
+    inputs = network_inputs(eq, bond)
+    limit = 8 * bond**4
+    plan = go.compile(g, backend="numpy", memory_limit=limit, cache=False)
+    (sliced,) = plan.report["slicing"].details["sliced"]
+    unsliced = go.compile(g, backend="numpy", cache=False)
+    expected = unsliced(**inputs)
+    plan(**inputs)  # warm up (opt_einsum's expression caches)
+
+    def peak(p):
+        tracemalloc.start()
+        try:
+            p(**inputs)
+            return tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+
+    sliced_peak, unsliced_peak = peak(plan), peak(unsliced)
+    assert unsliced_peak > 2**21 > 4 * sliced_peak
+    # the prediction counts intermediates; tensordot's transposed operand copies can double
+    # a step's bytes, and Python objects add a few kB
+    assert sliced_peak <= 2 * sliced["predicted_peak_bytes"] + 2**16, (sliced_peak, sliced)
+    np.testing.assert_allclose(plan(**inputs), expected, rtol=1e-9)
+
+
+def test_budget_no_slicing_can_meet_raises_at_compile_time():
+    eq, bond = grid_equation(3, 3), 4
+    g = network_graph(eq, bond)
+    with pytest.raises(GraphError) as err:
+        go.compile(g, backend="numpy", memory_limit=1000, cache=False)
+    msg = str(err.value)
+    assert "op 'einsum'" in msg and "node" in msg and "memory_limit=1000 bytes" in msg
+    assert "alone is 2048 bytes" in msg  # a 4-bond tensor: 256 float64
+
+
+def test_pipeline_runs_slicing_after_contraction():
+    from graphopt.passes import pipeline_for
+
+    for level in (2, 3):
+        names = pipeline_for(level)
+        assert names.index("slicing") == names.index("contraction") + 1

@@ -1,0 +1,85 @@
+"""The command line (``graphopt demo``, ``graphopt report``) and the runnable examples."""
+
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import graphopt as go
+from graphopt import cli
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+
+
+def test_demo_checks_against_numpy_and_prints_reports(tmp_path, capsys):
+    trace = tmp_path / "trace.json"
+    assert cli.main(["demo", "--backend", "numpy", "--trace", str(trace), "--repeat", "2"]) == 0
+    out = capsys.readouterr().out
+    for name in ("mlp", "attention", "mps_ring"):
+        assert f"graphopt report: '{name}'" in out
+    assert out.count(" OK") == 3 and "all workloads match NumPy" in out
+    assert "max error vs NumPy" in out
+    if "profiler not available" not in out:  # the profiler is optional to the demo
+        doc = json.loads(trace.read_text())
+        assert doc["traceEvents"]
+    assert not [p for p in tmp_path.iterdir() if p.name != "trace.json"]  # no temp files left
+
+
+def test_demo_fails_loudly_on_a_wrong_result(monkeypatch, capsys):
+    real = cli.mlp_workload
+
+    def broken(rng):
+        w = real(rng)
+        w.reference = lambda **kw: np.zeros((64, 128))
+        return w
+
+    monkeypatch.setattr(cli, "mlp_workload", broken)
+    assert cli.main(["demo", "--backend", "numpy", "--trace", ""]) == 1
+    captured = capsys.readouterr()
+    assert "MISMATCH" in captured.out and "FAILED: mlp" in captured.err
+
+
+def test_workload_references_are_independent_of_graphopt():
+    rng = np.random.default_rng(3)
+    w = cli.tensor_network_workload(rng, sites=4, bond=3)
+    plan = go.compile(w.graph, backend="numpy", opt_level=0)
+    np.testing.assert_allclose(plan(**w.inputs), w.reference(**w.inputs), rtol=1e-10)
+
+
+def test_report_command(tmp_path, capsys):
+    g = go.Graph("saved")
+    x = g.input("x", (3, 4))
+    g.output(go.exp(x).sum(axis=0))
+    path = tmp_path / "g.json"
+    go.save(g, path)
+    for fmt, marker in [("text", "graphopt report: 'saved'"), ("markdown", "### graphopt report"),
+                        ("json", '"name": "saved"'), ("dot", "digraph")]:
+        assert cli.main(["report", str(path), "--backend", "numpy", "--format", fmt]) == 0
+        assert marker in capsys.readouterr().out
+    (tmp_path / "bad.json").write_text('{"format": "nope"}')
+    assert cli.main(["report", str(tmp_path / "bad.json")]) == 2
+    assert "malformed graph document" in capsys.readouterr().err
+    assert cli.main(["report", str(tmp_path / "missing.json")]) == 2
+
+
+def test_python_dash_m_help():
+    out = subprocess.run([sys.executable, "-m", "graphopt", "--help"], capture_output=True,
+                         text=True, timeout=120, cwd=ROOT)
+    assert out.returncode == 0 and "demo" in out.stdout and "report" in out.stdout
+    bad = subprocess.run([sys.executable, "-m", "graphopt", "frobnicate"], capture_output=True,
+                         text=True, timeout=120, cwd=ROOT)
+    assert bad.returncode == 2 and "invalid choice" in bad.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("script", ["quickstart.py", "tensor_network.py"])
+def test_examples_run(script, tmp_path):
+    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    out = subprocess.run([sys.executable, str(ROOT / "examples" / script)], capture_output=True,
+                         text=True, timeout=300, cwd=tmp_path, env=env)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "graphopt report" in out.stdout

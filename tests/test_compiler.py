@@ -1,0 +1,286 @@
+"""compile() -> Plan on the reference backend: every opt_level against the interpreter,
+input validation, no mutation or aliasing, output structures, caching, jit, contract."""
+
+import threading
+
+import numpy as np
+import opt_einsum
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import graphopt as go
+from graphopt import compiler
+from graphopt.interpreter import run_graph
+from graphopt.testing import graphs, inputs_for
+from graphopt.testing.semantics import compare_outputs, _graph_tolerance
+
+LEVELS = (0, 1, 2, 3)
+
+
+def mlp(n=4):
+    g = go.Graph("mlp")
+    x = g.input("x", (n, 8), "float32")
+    w = g.input("w", (8, 3), "float32")
+    b = g.input("b", (3,), "float32")
+    g.output(go.gelu(x @ w + b))
+    return g
+
+
+def mlp_inputs(rng, n=4):
+    return [rng.standard_normal(s).astype("float32") for s in [(n, 8), (8, 3), (3,)]]
+
+
+@given(graphs(), st.data(), st.sampled_from(LEVELS))
+def test_every_opt_level_matches_the_interpreter(g, data, level):
+    G = g.to_ir()
+    inputs = data.draw(inputs_for(G))
+    arrays = [inputs[G.nodes[i]["name"]] for i in G.graph["inputs"]]
+    expected = run_graph(G, arrays)
+    plan = go.compile(g, backend="numpy", opt_level=level)
+    got = plan(**inputs)
+    struct = G.graph["output_structure"]["kind"]
+    got = ([got] if struct == "tensor" else list(got.values()) if struct == "dict"
+           else list(got))
+    rtol, atol = _graph_tolerance(G, plan.graph)
+    for k, (e, a) in enumerate(zip(expected, got)):
+        diff = compare_outputs(e, a, rtol, atol)
+        assert diff is None, f"opt_level={level} output {k}: {diff}"
+
+
+@pytest.mark.parametrize("level", LEVELS)
+def test_mlp_at_every_opt_level(level, rng):
+    plan = go.compile(mlp(), backend="numpy", opt_level=level)
+    x, w, b = mlp_inputs(rng)
+    z = x @ w + b
+    c = np.float32(np.sqrt(2 / np.pi))
+    expected = 0.5 * z * (1 + np.tanh(c * (z + np.float32(0.044715) * z ** 3)))
+    y = plan(x, w, b)
+    assert y.dtype == np.float32 and y.shape == (4, 3)
+    np.testing.assert_allclose(y, expected, rtol=1e-5, atol=1e-6)
+    assert plan.report.opt_level == level and plan.report.backend == "numpy"
+    assert plan.source_graph.number_of_nodes() >= 1 and plan.steps
+    assert "graphopt report" in str(plan.report)
+    for s in plan.steps:
+        assert s.kernel.source
+
+
+def test_inputs_positional_keyword_and_errors(rng):
+    plan = go.compile(mlp(), backend="numpy", opt_level=0)
+    x, w, b = mlp_inputs(rng)
+    ref = plan(x, w, b)
+    np.testing.assert_array_equal(plan(x, w, b=b), ref)
+    np.testing.assert_array_equal(plan(b=b, w=w, x=x), ref)
+    np.testing.assert_array_equal(plan(x.tolist(), w, b), ref)  # lists convert
+    cases = [
+        (lambda: plan(x, w), "missing input(s) ['b']"),
+        (lambda: plan(x, w, b, b), "got 4 positional"),
+        (lambda: plan(x, w, b, q=b), "unexpected input 'q'"),
+        (lambda: plan(x, w, x=x, b=b), "both positionally and by name"),
+        (lambda: plan(x.T, w, b), "input 'x' expects shape (4, 8) dtype float32, got shape (8, 4)"),
+        (lambda: plan(x.astype("float64"), w, b), "got shape (4, 8) dtype float64"),
+        (lambda: plan(x, w, "text"), "input 'b'"),
+    ]
+    for call, fragment in cases:
+        with pytest.raises(go.InputError) as info:
+            call()
+        assert fragment in str(info.value)
+
+
+def test_inputs_are_never_mutated(rng):
+    g = go.Graph()
+    x = g.input("x", (3, 4))
+    y = g.input("y", (4,))
+    g.output((x, x * 2 + y, -y, go.exp(x).sum(axis=0) + y))
+    x0, y0 = rng.standard_normal((3, 4)), rng.standard_normal(4)
+    for level in LEVELS:
+        xa, ya = x0.copy(), y0.copy()
+        xa.setflags(write=False)
+        ya.setflags(write=False)
+        plan = go.compile(g, backend="numpy", opt_level=level)
+        for _ in range(2):
+            plan(xa, ya)
+        np.testing.assert_array_equal(xa, x0)
+        np.testing.assert_array_equal(ya, y0)
+
+
+def test_returned_arrays_never_alias(rng):
+    g = go.Graph()
+    x = g.input("x", (3,))
+    c = g.const(np.array([1.0, 2.0, 3.0]))
+    y = go.exp(x)
+    g.output((x, y, y, c, y + 1))
+    for level in LEVELS:
+        plan = go.compile(g, backend="numpy", opt_level=level)
+        xa = rng.standard_normal(3)
+        first = plan(xa)
+        snapshot = [a.copy() for a in first]
+        second = plan(xa + 1)
+        arrays = list(first) + list(second) + [xa]
+        for i, a in enumerate(arrays):
+            for b in arrays[i + 1:]:
+                assert not np.shares_memory(a, b), f"opt_level={level}"
+        for a, s in zip(first, snapshot):
+            np.testing.assert_array_equal(a, s)  # a later call did not overwrite them
+        first[3][0] = 99.0  # writing a returned constant does not change the plan
+        np.testing.assert_array_equal(plan(xa)[3], [1.0, 2.0, 3.0])
+
+
+@pytest.mark.parametrize("kind", ["tensor", "tuple", "list", "dict"])
+def test_output_structure_is_returned(kind, rng):
+    g = go.Graph()
+    x = g.input("x", (2,))
+    a, b = x + 1, x * 3
+    g.output({"tensor": a, "tuple": (a, b), "list": [a, b], "dict": {"q": b, "p": a}}[kind])
+    out = go.compile(g, backend="numpy")(np.ones(2))
+    if kind == "tensor":
+        assert isinstance(out, np.ndarray)
+    elif kind == "dict":
+        assert list(out) == ["q", "p"] and out["q"][0] == 3
+    else:
+        assert type(out) is {"tuple": tuple, "list": list}[kind]
+        np.testing.assert_array_equal(out[1], [3, 3])
+
+
+def test_compile_cache():
+    plan = go.compile(mlp(), backend="numpy", opt_level=1)
+    assert go.compile(mlp(), backend="numpy", opt_level=1) is plan  # equal graph, new object
+    assert go.compile(mlp(), backend="numpy", opt_level=0) is not plan
+    assert go.compile(mlp(n=5), backend="numpy", opt_level=1) is not plan
+    assert go.compile(mlp(), backend="numpy", opt_level=1, cache=False) is not plan
+    compiler.clear_cache()
+    assert go.compile(mlp(), backend="numpy", opt_level=1) is not plan
+
+
+def test_compile_option_errors():
+    g = mlp()
+    for limit in (-1, 0, float("nan"), float("inf"), True, "1GB", [1]):
+        with pytest.raises(go.GraphError, match="memory_limit must be a positive, finite"):
+            go.compile(g, backend="numpy", memory_limit=limit)
+    plan = go.compile(g, backend="numpy", memory_limit=1e9)
+    assert plan is not None
+    for level in (4, -1, True, "2", None):
+        with pytest.raises(go.GraphError, match="opt_level"):
+            go.compile(g, backend="numpy", opt_level=level)
+    with pytest.raises(go.GraphError, match="unknown backend 'tpu'; valid backends:.*numpy"):
+        go.compile(g, backend="tpu")
+    with pytest.raises(go.GraphError, match="takes a go.Graph"):
+        go.compile("not a graph")
+    with pytest.raises(go.GraphError, match="no outputs"):
+        go.compile(go.Graph())
+    with pytest.raises(go.GraphError, match="unknown pass 'nope'"):
+        go.compile(g, backend="numpy", passes=["nope"])
+
+
+def test_custom_passes_appear_in_the_report():
+    from graphopt import ir
+    from graphopt.passes import PassResult
+
+    def noop(G, ctx):
+        return PassResult(ir.copy_graph(G), {"looked_at": G.number_of_nodes()})
+
+    plan = go.compile(mlp(), backend="numpy", passes=[noop])
+    assert [r.name for r in plan.report.records] == ["noop"]
+    assert plan.report["noop"].details["looked_at"] == plan.source_graph.number_of_nodes()
+    assert plan.report["noop"].changed is False
+
+
+def test_plan_is_thread_safe(rng):
+    plan = go.compile(mlp(64), backend="numpy", opt_level=2)
+    inputs = [mlp_inputs(np.random.default_rng(i), 64) for i in range(8)]
+    expected = [plan(*a) for a in inputs]
+    errors = []
+
+    def worker(i):
+        for _ in range(20):
+            got = plan(*inputs[i])
+            if not np.array_equal(got, expected[i]):
+                errors.append(i)
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+
+
+# ------------------------------------------------------------------------------------ jit
+
+
+def test_jit_traces_once_per_signature(rng):
+    calls = []
+
+    @go.jit(backend="numpy")
+    def f(x, w, scale=2.0, activation="tanh"):
+        calls.append(1)
+        h = go.einsum("ij,jk->ik", x, w) * scale
+        return {"h": getattr(go, activation)(h), "s": h.sum()}
+
+    x, w = rng.standard_normal((3, 4)), rng.standard_normal((4, 2))
+    out = f(x, w)
+    np.testing.assert_allclose(out["h"], np.tanh(2.0 * x @ w))
+    np.testing.assert_allclose(out["s"], (2.0 * x @ w).sum())
+    f(x + 1, w)
+    assert len(calls) == 1 and len(f.plans) == 1
+    f(x, w, scale=3.0)
+    assert len(calls) == 2  # a static argument is part of the key
+    f(x, w, activation="relu")
+    f(rng.standard_normal((5, 4)), w)
+    f(x.astype("float32"), w)
+    assert len(calls) == 5 and len(f.plans) == 5
+    assert f.plan_for(x, w) is f.plan_for(x * 0, w)
+    with pytest.raises(go.GraphError, match="neither an array nor hashable"):
+        f(x, w, scale=[1.0])
+
+
+def test_jit_structures_and_varargs(rng):
+    @go.jit(backend="numpy")
+    def total(*xs):
+        out = xs[0]
+        for x in xs[1:]:
+            out = out + x
+        return out, out * 2
+
+    a, b, c = (rng.standard_normal(3) for _ in range(3))
+    s, d = total(a, b, c)
+    np.testing.assert_allclose(s, a + b + c)
+    np.testing.assert_allclose(d, 2 * (a + b + c))
+
+    @go.jit
+    def const_out(x):
+        return [x.sum(), 1.0]
+
+    got = const_out(a)
+    assert isinstance(got, list) and got[1] == 1.0
+
+
+# ------------------------------------------------------------------------------- contract
+
+
+@pytest.mark.parametrize("eq,shapes", [
+    ("ij,jk->ik", [(3, 4), (4, 5)]), ("ij,jk", [(3, 4), (4, 5)]), ("ii->i", [(4, 4)]),
+    ("...ij,...jk->...ik", [(2, 3, 4), (4, 5)]), ("abc,cd,de,eb->ad", [(2, 3, 4), (4, 5), (5, 3),
+                                                                        (3, 3)]),
+    ("i,i,i,i->", [(6,)] * 4), ("ab,bc,cd,de,ef,fa->", [(3, 3)] * 6),
+])
+def test_contract_matches_numpy_einsum(eq, shapes, rng):
+    arrays = [rng.standard_normal(s) for s in shapes]
+    expected = np.einsum(eq, *arrays)
+    for level in (0, 2):
+        got = go.contract(eq, *arrays, backend="numpy", opt_level=level)
+        np.testing.assert_allclose(got, expected, rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(go.contract(eq, *arrays, backend="numpy"),
+                               opt_einsum.contract(eq, *arrays), rtol=1e-10, atol=1e-12)
+
+
+def test_contract_caches_and_converts(rng):
+    a = rng.standard_normal((3, 3))
+    go.contract("ij,jk->ik", a, a, backend="numpy")
+    from graphopt.jit import _contract_plans
+    n = len(_contract_plans)
+    go.contract("ij,jk->ik", a + 1, a, backend="numpy")
+    assert len(_contract_plans) == n
+    np.testing.assert_allclose(go.contract("i,i", [1.0, 2.0], [3.0, 4.0], backend="numpy"), 11.0)
+    with pytest.raises(go.EinsumError, match="label 'j' has size 3 and 4"):
+        go.contract("ij,jk", a, np.ones((4, 2)), backend="numpy")

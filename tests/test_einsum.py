@@ -1,0 +1,262 @@
+"""Einsum parsing and evaluation against numpy.einsum / opt_einsum, canonical forms, errors."""
+
+import importlib
+import itertools
+import re
+
+import numpy as np
+import opt_einsum
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from opt_einsum.parser import get_symbol
+
+import graphopt as go
+from graphopt.interpreter import interpret
+from graphopt.testing import einsum_equations
+
+E = importlib.import_module("graphopt.einsum")  # go.einsum (the op) shadows the module
+
+HERE = re.escape(__file__.rsplit("/", 1)[-1])
+
+
+def run_einsum(eq, arrays, dtype=None):
+    """Build a one-einsum graph through the public builder and run the interpreter."""
+    g = go.Graph("einsum")
+    ts = [g.input(f"x{i}", a.shape, a.dtype.name) for i, a in enumerate(arrays)]
+    g.output(go.einsum(eq, *ts))
+    return interpret(g.to_ir(), *arrays)
+
+
+def _arrays(shapes, seed=0, dtype="float64"):
+    rng = np.random.default_rng(seed)
+    return [rng.standard_normal(s).astype(dtype) for s in shapes]
+
+
+def _ellipsis_summed(eq: str) -> bool:
+    """Explicit output without '...' although an input has one: opt_einsum sums those dims,
+    NumPy rejects the equation; graphopt follows opt_einsum."""
+    return "->" in eq and "..." in eq.split("->")[0] and "..." not in eq.split("->")[1]
+
+
+@given(einsum_equations(), st.integers(0, 2**16))
+def test_parse_and_evaluate_match_numpy(case, seed):
+    eq, shapes = case
+    arrays = _arrays(shapes, seed)
+    try:
+        expected = np.einsum(eq, *arrays)
+    except ValueError as numpy_error:
+        if not _ellipsis_summed(eq):
+            with pytest.raises(go.EinsumError):
+                E.parse(eq, shapes)
+            return
+        if any(0 in s for s in shapes):
+            return
+        try:
+            expected = opt_einsum.contract(eq, *arrays)
+        except ValueError:
+            with pytest.raises(go.EinsumError):
+                E.parse(eq, shapes)
+            return
+        assert numpy_error is not None
+    spec = E.parse(eq, shapes)
+    assert spec.output_shape == np.shape(expected)
+    assert "->" in spec.equation and "..." not in spec.equation
+    got = run_einsum(eq, arrays)
+    assert got.shape == np.shape(expected) and got.dtype == np.asarray(expected).dtype
+    np.testing.assert_allclose(got, expected, rtol=1e-10, atol=1e-10)
+
+
+@pytest.mark.parametrize("eq,shapes", [
+    ("ii->i", [(3, 3)]), ("ii", [(4, 4)]), ("iij->ij", [(2, 2, 3)]), ("ij,jk", [(2, 3), (3, 4)]),
+    ("...ij,...jk->...ik", [(2, 1, 3, 4), (5, 4, 2)]), ("i...", [(2, 3, 4)]),
+    ("ij,ij->ij", [(1, 3), (2, 3)]), ("ba", [(2, 3)]), ("Ba,aC", [(2, 3), (3, 4)]),
+    ("i,j,k->ijk", [(2,), (3,), (4,)]), ("ab,bc,cd,de->ae", [(2, 3), (3, 4), (4, 5), (5, 2)]),
+    ("", [()]), (",->", [(), ()]), ("...,...->...", [(2, 3), (3,)]),
+    ("i ,j->ij", [(2,), (3,)]),
+])
+def test_known_equations(eq, shapes):
+    arrays = _arrays(shapes, 1)
+    np.testing.assert_allclose(run_einsum(eq, arrays), np.einsum(eq, *arrays), rtol=1e-12)
+
+
+def test_ellipsis_dims_missing_from_output_are_summed_like_opt_einsum():
+    a, b = _arrays([(2, 3), (3,)], 2)
+    np.testing.assert_allclose(run_einsum("...i->i", [a]), opt_einsum.contract("...i->i", a))
+    np.testing.assert_allclose(run_einsum("...i,...i->i", [a, b]),
+                               opt_einsum.contract("...i,...i->i", a, b))
+
+
+def test_more_than_52_unicode_labels_ring_trace():
+    n = 60  # a ring of 60 matrices: 60 distinct labels, beyond ASCII's 52
+    mats = _arrays([(2, 2)] * n, 3)
+    mats = [m / 2 for m in mats]
+    eq = ",".join(get_symbol(i) + get_symbol((i + 1) % n) for i in range(n)) + "->"
+    assert len(set(eq) - set(",->")) == n and any(ord(c) > 127 for c in eq)
+    expected = np.trace(np.linalg.multi_dot(mats))
+    np.testing.assert_allclose(run_einsum(eq, mats), expected, rtol=1e-9)
+    np.testing.assert_allclose(go.contract(eq, *mats, backend="numpy"), expected, rtol=1e-9)
+
+
+def test_many_operands_beyond_numpy_argument_limit():
+    n = 100  # numpy.einsum takes at most 32 operands
+    vecs = _arrays([(3,)] * n, 4)
+    eq = ",".join("i" for _ in range(n)) + "->i"
+    np.testing.assert_allclose(run_einsum(eq, vecs), np.prod(vecs, axis=0), rtol=1e-9)
+
+
+def test_unicode_labels_single_term():
+    a = _arrays([(2, 3)], 5)[0]
+    np.testing.assert_allclose(run_einsum("αβ->βα", [a]), a.T)
+    np.testing.assert_allclose(run_einsum("αβ", [a]), a)  # implicit: code-point order
+
+
+def test_interleaved_form():
+    g = go.Graph()
+    a, b = _arrays([(2, 3), (3, 4)], 6)
+    ta, tb = g.input("a", a.shape), g.input("b", b.shape)
+    outs = (go.einsum(ta, [0, 1], tb, [1, 2], [0, 2]), go.einsum(ta, [0, 1], tb, [1, 2]),
+            go.einsum(ta, [Ellipsis, 1], [Ellipsis]), go.einsum(tb, [np.int64(0), 1], [1, 0]))
+    g.output(outs)
+    got = interpret(g.to_ir(), a, b)
+    expected = (np.einsum(a, [0, 1], b, [1, 2], [0, 2]), np.einsum(a, [0, 1], b, [1, 2]),
+                np.einsum(a, [Ellipsis, 1], [Ellipsis]), b.T)
+    for x, y in zip(got, expected):
+        np.testing.assert_allclose(x, y, rtol=1e-12)
+
+
+def test_builder_inserts_broadcast_for_size_one_labels():
+    g = go.Graph()
+    a, b = g.input("a", (2, 1)), g.input("b", (3, 4))
+    g.output(go.einsum("ij,jk->ik", a, b))
+    G = g.to_ir()
+    ops = [d["op"] for _, d in G.nodes(data=True)]
+    assert "broadcast_to" in ops
+    eqs = [d["attrs"]["equation"] for _, d in G.nodes(data=True) if d["op"] == "einsum"]
+    assert eqs == ["ij,jk->ik"]
+
+
+# ----------------------------------------------------------------------------- canonical form
+
+
+def _relabel(eq, mapping):
+    return "".join(mapping.get(c, c) for c in eq)
+
+
+@given(einsum_equations(ellipsis=False, broadcast=False), st.data())
+def test_canonical_form_ignores_label_names_and_operand_order(case, data):
+    eq, shapes = case
+    spec = E.parse(eq, shapes)
+    inputs, output = E.split(spec.equation)
+    n = len(inputs)
+    keys = data.draw(st.lists(st.sampled_from("pq"), min_size=n, max_size=n), label="keys")
+    order = data.draw(st.permutations(range(n)), label="order")
+    labels = sorted(set(spec.equation) - set(",->"))
+    target = data.draw(st.permutations(labels), label="rename")
+    ren = dict(zip(labels, target))
+    eq2 = ",".join(_relabel(inputs[i], ren) for i in order) + "->" + _relabel(output, ren)
+    keys2 = [keys[i] for i in order]
+    o1, c1 = E.canonical_form(spec.equation, keys)
+    o2, c2 = E.canonical_form(eq2, keys2)
+    assert c1 == c2
+    assert [keys[i] for i in o1] == [keys2[i] for i in o2]
+    # The canonical equation on the reordered operands is the same contraction.
+    ops = _arrays(shapes, 8)
+    np.testing.assert_allclose(E.evaluate(c1, [ops[i] for i in o1]),
+                               E.evaluate(spec.equation, ops), rtol=1e-10, atol=1e-12)
+
+
+def test_canonical_form_matches_duplicate_spelled_differently():
+    assert E.canonical_form("ij,jk->ik", ["a", "a"])[1] == E.canonical_form("jk,ij->ik",
+                                                                            ["a", "a"])[1]
+    assert E.canonical_form("ij,jk->ik", ["a", "b"]) != E.canonical_form("ij,jk->ki",
+                                                                         ["a", "b"])
+
+
+def test_pairwise_flops_counts_like_opt_einsum():
+    eq = "ab,bc,cd->ad"
+    sizes = {"a": 2, "b": 3, "c": 4, "d": 5}
+    path, info = opt_einsum.contract_path(eq, *[np.empty([sizes[c] for c in t])
+                                                for t in ["ab", "bc", "cd"]],
+                                          optimize=[(0, 1), (0, 1)])
+    assert E.pairwise_flops(eq, sizes) == info.opt_cost
+
+
+# ------------------------------------------------------------------------------------ errors
+
+
+@pytest.mark.parametrize("eq,shapes,pattern", [
+    ("ij->i->j", [(2, 3)], "more than one '->'"),
+    ("ij,jk->ik", [(2, 3)], "2 operand term"),
+    ("i.j", [(2, 3)], "stray '.'"),
+    ("......i", [(2, 3)], "more than one '...'"),
+    ("i1", [(2, 3)], "invalid index label '1'"),
+    ("i#", [(2, 3)], "invalid index label '#'"),
+    ("ij...k", [(2, 3)], "names 3 dims"),
+    ("ijk", [(2, 3)], "has 3 labels but its operand has 2 dims"),
+    ("ij,jk", [(2, 3), (4, 5)], "label 'j' has size 3 and 4"),
+    ("ii", [(2, 3)], "label 'i' has size 2 and 3"),
+    ("ii", [(1, 3)], "repeated label 'i'"),
+    ("ij->k", [(2, 3)], "output label 'k' does not appear"),
+    ("ij->ii", [(2, 3)], "repeats a label"),
+])
+def test_parse_errors_name_equation_and_shapes(eq, shapes, pattern):
+    with pytest.raises(go.EinsumError, match=re.escape(pattern)) as info:
+        E.parse(eq, shapes)
+    assert repr(eq) in str(info.value)
+    assert f"operand shapes {[tuple(s) for s in shapes]}" in str(info.value)
+
+
+def test_builder_errors_name_op_shapes_and_source_line():
+    g = go.Graph()
+    a, b = g.input("a", (2, 3)), g.input("b", (4, 5))
+    with pytest.raises(go.EinsumError) as info:
+        go.einsum("ij,jk->ik", a, b)
+    msg = str(info.value)
+    assert "op 'einsum'" in msg and "(2, 3)" in msg and "(4, 5)" in msg
+    assert re.search(HERE + r":\d+", msg), msg
+    assert info.value.src == f"{__file__}:{info.tb.tb_lineno}"
+    for bad_call, pattern in [
+        (lambda: go.einsum(), "needs an equation"),
+        (lambda: go.einsum("ij"), "has no operands"),
+        (lambda: go.einsum(a, 5), "sublists"),
+        (lambda: go.einsum(123, [0]), "no operand is a Tensor"),
+        (lambda: go.einsum(a, [0, -1]), "non-negative ints"),
+        (lambda: go.einsum(a, [0, "x"]), "non-negative ints"),
+        (lambda: go.einsum(a, [0, True]), "non-negative ints"),
+        (lambda: go.einsum("ij,k", a, "text"), "str is not a Tensor"),
+    ]:
+        with pytest.raises(go.GraphError, match=pattern) as info:
+            bad_call()
+        assert "einsum" in str(info.value)
+        assert re.search(HERE + r":\d+", str(info.value)), str(info.value)
+
+
+def test_equation_must_be_a_string():
+    with pytest.raises(go.EinsumError, match="must be a str"):
+        E.parse(["ij"], [(2, 3)])
+    with pytest.raises(go.GraphError, match="equation string"):
+        go.contract(np.ones(3), np.ones(3))
+
+
+def test_single_step_with_more_than_52_labels_cannot_run_on_numpy():
+    labels = "".join(get_symbol(i) for i in range(53))
+    with pytest.raises(go.EinsumError, match="52 at most"):
+        E.to_ascii(labels + "->" + labels[:1])
+
+
+def test_ir_einsum_must_be_explicit():
+    from graphopt import ops
+    with pytest.raises(go.GraphError, match="explicit"):
+        ops.infer("einsum", [(2, 3)], ["float64"], {"equation": "ij"})
+    with pytest.raises(go.GraphError, match="broadcast"):
+        ops.infer("einsum", [(2, 1), (3, 4)], ["float64"] * 2, {"equation": "ij,jk->ik"})
+
+
+def test_evaluate_many_operands_against_numpy():
+    arrays = _arrays([(2, 3), (3, 4), (4, 2)], 7)
+    for order in itertools.permutations(range(3)):
+        terms = ["ab", "bc", "ca"]
+        eq = ",".join(terms[i] for i in order) + "->"
+        np.testing.assert_allclose(E.evaluate(eq, [arrays[i] for i in order]),
+                                   np.einsum("ab,bc,ca->", *arrays), rtol=1e-12)
