@@ -1,13 +1,9 @@
-"""Backends: one per module, registered by name (see ``base.py`` for the protocol)."""
+"""Backends: one per module, registered by name (see ``base.py`` for the protocol).
 
+Importing a backend module is cheap: numba, cupy and dask are imported only when a backend
+builds a plan, and ``available()`` says whether they are installed."""
+
+from . import cupy_gpu, dask_dist, numba_cpu, numpy_ref  # noqa: F401  (register themselves)
 from .base import BACKENDS, Backend, get_backend, register_backend
-from . import numpy_ref  # noqa: F401  (registers "numpy")
 
 __all__ = ["BACKENDS", "Backend", "get_backend", "register_backend"]
-
-import importlib as _importlib
-import importlib.util as _importlib_util
-
-for _name in ("numba_cpu", "cupy_gpu", "dask_dist"):
-    if _importlib_util.find_spec(f"{__name__}.{_name}") is not None:  # TEMP during development
-        _importlib.import_module(f".{_name}", __name__)

@@ -18,26 +18,31 @@ class NumpyBackend(Backend):
     install_hint = "numpy is a core dependency"
 
     def kernel(self, G, n, ctx) -> Kernel:
-        d = G.nodes[n]
-        if d["op"] == "einsum" and (d["attrs"].get("slices") or
-                                    (d["attrs"].get("path") and G.in_degree(n) > 2)):
-            return _sliced_kernel(G, n)
-
-        def fn(args, out):
-            res = eval_node(G, n, args)
-            if out is None:
-                return res
-            np.copyto(out, res, casting="no")
-            return out
-
-        fn.__name__ = f"ref_{d['op']}_{n}"
-        call = ops.OPS[d["op"]].impl
-        src = (f"# reference: {d['op']} {d['attrs'] if d['op'] not in ('fused', 'const') else ''}"
-               f"\nout[...] = {getattr(call, '__qualname__', d['op'])}(args, attrs)")
-        return Kernel(fn.__name__, fn, src, impl="numpy", node=n)
+        return reference_kernel(G, n)
 
 
-def _sliced_kernel(G, n) -> Kernel:
+def reference_kernel(G, n) -> Kernel:
+    """Node ``n`` by the interpreter's semantics, copied into the planned buffer."""
+    d = G.nodes[n]
+    if d["op"] == "einsum" and (d["attrs"].get("slices") or
+                                (d["attrs"].get("path") and G.in_degree(n) > 2)):
+        return sliced_kernel(G, n)
+
+    def fn(args, out):
+        res = eval_node(G, n, args)
+        if out is None:
+            return res
+        np.copyto(out, res, casting="no")
+        return out
+
+    fn.__name__ = f"ref_{d['op']}_{n}"
+    call = ops.OPS[d["op"]].impl
+    src = (f"# reference: {d['op']} {d['attrs'] if d['op'] not in ('fused', 'const') else ''}"
+           f"\nout[...] = {getattr(call, '__qualname__', d['op'])}(args, attrs)")
+    return Kernel(fn.__name__, fn, src, impl="numpy", node=n)
+
+
+def sliced_kernel(G, n) -> Kernel:
     """An einsum with ``slices`` (or a multi-operand ``path``): run along its path, one slice
     at a time, so its intermediates stay within the memory limit the slicing pass met."""
     from ..slicing import sliced_contract

@@ -7,10 +7,5 @@ __all__ = ["PASSES", "PIPELINES", "PassContext", "PassManager", "PassRecord", "P
            "get_pass", "pipeline_for", "register_pass", "register_pipeline"]
 
 # Built-in passes register themselves on import.
-import importlib as _importlib
-import importlib.util as _importlib_util
-
-for _name in ("simplify", "cse", "dce", "contraction", "slicing", "fusion", "schedule",
-              "memory"):
-    if _importlib_util.find_spec(f"{__name__}.{_name}") is not None:  # TEMP during development
-        _importlib.import_module(f".{_name}", __name__)
+from . import (contraction, cse, dce, fusion, memory, schedule, simplify,  # noqa: F401, E402
+               slicing)

@@ -25,8 +25,8 @@ import graphopt as go
 from graphopt import ir
 from graphopt.einsum import evaluate as einsum_evaluate, parse as einsum_parse
 from graphopt.backends import cuda_codegen as cg
-from graphopt.backends.cupy_gpu import (Cublas, _view_is_free, contraction_candidates,
-                                        contraction_estimates, gemm_plan, run_gemm)
+from graphopt.backends.cupy_gpu import Cublas, contraction_candidates, contraction_estimates
+from graphopt.backends.gemm import gemm_plan, run_gemm, view_is_free
 from graphopt.interpreter import run_graph
 from graphopt.testing import graphs, inputs_for
 from graphopt.testing.semantics import compare_outputs, tolerance
@@ -396,9 +396,9 @@ def test_gemm_plan_refuses_diagonals():
 
 
 def test_view_is_free_knows_transposed_matrices():
-    assert _view_is_free((4, 5), (0, 1), (4, 5))
-    assert _view_is_free((4, 5), (1, 0), (5, 4))          # an F-ordered matrix
-    assert not _view_is_free((2, 3, 4), (1, 0, 2), (3, 8))  # merging non-adjacent axes
+    assert view_is_free((4, 5), (0, 1), (4, 5))
+    assert view_is_free((4, 5), (1, 0), (5, 4))          # an F-ordered matrix
+    assert not view_is_free((2, 3, 4), (1, 0, 2), (3, 8))  # merging non-adjacent axes
 
 
 # ----------------------------------------------------------------- emitted C, executed

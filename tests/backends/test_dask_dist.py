@@ -240,13 +240,27 @@ def test_budget_no_slicing_can_meet_raises_before_running_anything(client):
     eq, bond = grid_equation(3, 3), 4
     g = network_graph(eq, bond)
 
-    def tasks_seen(dask_scheduler):
-        return len(dask_scheduler.task_groups)
+    class GraphsSubmitted(distributed.diagnostics.plugin.SchedulerPlugin):
+        name = "graphs-submitted"
 
-    before = client.run_on_scheduler(tasks_seen)
-    with pytest.raises(go.GraphError, match=r"slicing: no slicing .* alone is 2048 bytes"):
-        go.compile(g, backend="dask", memory_limit=1000, client=client, cache=False)
-    assert client.run_on_scheduler(tasks_seen) == before
+        def __init__(self):
+            self.count = 0
+
+        def update_graph(self, scheduler, **kwargs):
+            self.count += 1
+
+    # LocalCluster runs its scheduler in this process: watch it directly. (Counting the
+    # scheduler's task groups is racy: it forgets earlier tests' groups at any time.)
+    seen = GraphsSubmitted()
+    scheduler = client.cluster.scheduler
+    scheduler.add_plugin(seen)
+    try:
+        with pytest.raises(go.GraphError, match=r"slicing: no slicing .* alone is 2048 bytes"):
+            go.compile(g, backend="dask", memory_limit=1000, client=client, cache=False)
+        client.run_on_scheduler(lambda: None)   # a round trip: anything sent has arrived
+        assert seen.count == 0
+    finally:
+        scheduler.remove_plugin(name=seen.name)
 
 
 # ------------------------------------------------------------------------ fault tolerance

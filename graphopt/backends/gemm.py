@@ -1,0 +1,118 @@
+"""A pairwise einsum as one (batched) GEMM: the pure planning both BLAS backends share.
+
+``gemm_plan`` maps ``einsum(eq, a, b)`` onto ``C[b, m, n] = sum_k A[b, m, k] B[b, k, n]``
+(opt_einsum's transpose-transpose-GEMM-transpose scheme); ``run_gemm`` executes it with any
+array module (NumPy on the CPU backend, cupy on the GPU one) and a matmul of the caller's.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from .. import einsum as einsum_mod
+
+
+
+@dataclass(frozen=True)
+class GemmPlan:
+    """A pairwise einsum as ``C[b, m, n] = sum_k A[b, m, k] B[b, k, n]``: labels only in one
+    operand and not in the output are summed first; the output order is ``batch + m + n``
+    unless ``out_perm`` says how to transpose the result into it."""
+
+    sum_a: tuple
+    sum_b: tuple
+    perm_a: tuple
+    perm_b: tuple
+    bmkn: tuple            # (B, M, K, N)
+    res_shape: tuple       # the result's shape in (batch, m, n) label order
+    out_perm: tuple | None
+    swapped: bool          # the operands trade places so that the output order is direct
+
+
+def gemm_plan(equation: str, shapes) -> GemmPlan | None:
+    """``None`` if a term repeats a label (a trace or diagonal: not a GEMM)."""
+    (ta, tb), out = einsum_mod.split(equation)
+    if len(set(ta)) != len(ta) or len(set(tb)) != len(tb):
+        return None
+    size = {c: d for t, s in zip((ta, tb), shapes) for c, d in zip(t, s)}
+    sum_a = tuple(i for i, c in enumerate(ta) if c not in tb and c not in out)
+    sum_b = tuple(i for i, c in enumerate(tb) if c not in ta and c not in out)
+    ra = "".join(c for i, c in enumerate(ta) if i not in sum_a)
+    rb = "".join(c for i, c in enumerate(tb) if i not in sum_b)
+    batch = [c for c in out if c in ra and c in rb]
+    m = [c for c in out if c in ra and c not in rb]
+    n = [c for c in out if c in rb and c not in ra]
+    k = [c for c in ra if c in rb and c not in out]
+    swapped = "".join(batch + m + n) != out and "".join(batch + n + m) == out
+    if swapped:
+        ra, rb, m, n = rb, ra, n, m
+        sum_a, sum_b = sum_b, sum_a
+    order = "".join(batch + m + n)
+    prod = lambda cs: math.prod(size[c] for c in cs)  # noqa: E731
+    return GemmPlan(sum_a, sum_b, tuple(ra.index(c) for c in batch + m + k),
+                    tuple(rb.index(c) for c in batch + k + n),
+                    (prod(batch), prod(m), prod(k), prod(n)), tuple(size[c] for c in order),
+                    None if order == out else tuple(order.index(c) for c in out), swapped)
+
+
+def run_gemm(xp, p: GemmPlan, a, b, out, matmul=None):
+    """Run ``p`` with array module ``xp`` (cupy, or numpy in CPU tests) into ``out``;
+    ``matmul(a3, b3, c3)`` does the (batched) product (default ``xp.matmul``)."""
+    if matmul is None:
+        matmul = lambda x, y, z: xp.matmul(x, y, out=z)  # noqa: E731
+    if p.swapped:
+        a, b = b, a
+    if p.sum_a:
+        a = a.sum(axis=p.sum_a, dtype=a.dtype)
+    if p.sum_b:
+        b = b.sum(axis=p.sum_b, dtype=b.dtype)
+    B, M, K, N = p.bmkn
+    lead = (B,) if B != 1 else ()
+    a3 = a.transpose(p.perm_a).reshape(lead + (M, K))
+    b3 = b.transpose(p.perm_b).reshape(lead + (K, N))
+    if p.out_perm is None:
+        matmul(a3, b3, out.reshape(lead + (M, N)))
+    else:
+        res = xp.empty(lead + (M, N), dtype=out.dtype)
+        matmul(a3, b3, res)
+        out[...] = res.reshape(p.res_shape).transpose(p.out_perm)
+    return out
+
+
+def view_is_free(shape, perm, groups) -> bool:
+    """Whether transposing a C-contiguous array by ``perm`` and merging consecutive axes into
+    ``groups`` (sizes) is a view whose last two groups form a C- or F-ordered matrix."""
+    strides, acc = [0] * len(shape), 1
+    for i in reversed(range(len(shape))):
+        strides[i], acc = acc, acc * shape[i]
+    axes = [(shape[i], strides[i]) for i in perm if shape[i] != 1]
+    merged, pos = [], 0
+    for g in groups:
+        dims, prod = [], 1
+        while pos < len(axes) and prod < g:
+            dims.append(axes[pos])
+            prod *= axes[pos][0]
+            pos += 1
+        if any(s != d2 * s2 for (_, s), (d2, s2) in zip(dims, dims[1:])):
+            return False
+        merged.append(dims[-1][1] if dims else None)
+    m, k = merged[-2], merged[-1]
+    return m is None or k is None or k == 1 or m == 1
+
+
+def transpose_copy_bytes(p: GemmPlan, shapes, itemsize: int) -> int:
+    """Bytes read and written by the copies ``run_gemm`` makes (operands whose transposed
+    matrix is not a free view, and a result that needs its axes permuted)."""
+    a, b = (shapes[1], shapes[0]) if p.swapped else (shapes[0], shapes[1])
+    keep = lambda s, drop: tuple(d for i, d in enumerate(s) if i not in drop)  # noqa: E731
+    a, b = keep(a, p.sum_a), keep(b, p.sum_b)
+    B, M, K, N = p.bmkn
+    lead = (B,) if B != 1 else ()
+    copy = 0
+    for s, perm, groups in ((a, p.perm_a, lead + (M, K)), (b, p.perm_b, lead + (K, N))):
+        if not view_is_free(s, perm, groups):
+            copy += 2 * math.prod(s) * itemsize
+    if p.out_perm is not None:
+        copy += 2 * B * M * N * itemsize
+    return copy

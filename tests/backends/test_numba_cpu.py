@@ -1,0 +1,199 @@
+"""The numba backend: kernel choices, BLAS contractions, epilogues in place, the arena
+runtime (no per-call allocation but the outputs, concurrency) and the fallback without numba.
+"""
+
+import threading
+import warnings
+
+import numpy as np
+import pytest
+
+import graphopt as go
+from graphopt import compiler
+from graphopt.backends import BACKENDS, numba_cpu
+from graphopt.backends.gemm import gemm_plan
+from graphopt.errors import GraphError
+
+pytest.importorskip("numba")
+
+
+def mlp_graph(b=64, i=48, h=80):
+    g = go.Graph("mlp")
+    x = g.input("x", (b, i), "float32")
+    w = g.input("w", (i, h), "float32")
+    bias = g.input("bias", (h,), "float32")
+    y = go.gelu(go.einsum("bi,ih->bh", x, w) + bias)
+    g.output({"y": y, "z": go.exp(y * 0.5).sum(axis=1)})
+    return g
+
+
+def mlp_inputs(rng, b=64, i=48, h=80):
+    return {"x": rng.standard_normal((b, i), dtype=np.float32),
+            "w": (rng.standard_normal((i, h), dtype=np.float32) * 0.2).astype(np.float32),
+            "bias": rng.standard_normal(h, dtype=np.float32)}
+
+
+def test_auto_is_numba_and_matches_the_reference(rng):
+    g, inputs = mlp_graph(), mlp_inputs(rng)
+    plan = go.compile(g)
+    assert plan.backend.name == "numba"
+    ref = go.compile(g, backend="numpy", opt_level=0)(**inputs)
+    got = plan(**inputs)
+    for k in ref:
+        np.testing.assert_allclose(got[k], ref[k], rtol=1e-5, atol=1e-5)
+
+
+def test_contraction_epilogue_runs_on_the_gemm_output(rng):
+    plan = go.compile(mlp_graph(), cache=False)
+    (step,) = [s for s in plan.steps if "einsum" in s.op_kinds]
+    assert step.kernel.impl.startswith("blas-gemm+")
+    assert step.op_kinds == ("einsum", "add", "gelu")
+    src = step.kernel.source
+    assert "np.matmul(" in src and "def epilogue(args, out)" in src and "@numba.njit" in src
+    assert step.kernel.details["contraction"] == "blas-gemm"
+
+
+@pytest.mark.parametrize("eq, shapes", [
+    ("ij,jk->ik", [(5, 6), (6, 7)]),
+    ("bij,bjk->bik", [(3, 4, 5), (3, 5, 2)]),
+    ("ijk,kl->lji", [(4, 3, 5), (5, 6)]),          # result needs its axes permuted
+    ("ij,kj->ki", [(4, 5), (6, 5)]),                # transposed operands
+    ("abc,cb->a", [(3, 4, 5), (5, 4)]),             # two contracted labels
+    ("ij,jk->k", [(3, 4), (4, 5)]),                 # a label summed in one operand only
+    ("bi,bi->b", [(6, 7), (6, 7)]),                 # batched dot
+])
+@pytest.mark.parametrize("dtype", ["float32", "float64", "complex128"])
+@pytest.mark.parametrize("opt_level", [2, 3])
+def test_pairwise_contractions_equal_numpy_einsum(eq, shapes, dtype, opt_level, rng):
+    args = [numba_cpu.sample_array(s, dtype, seed=i) for i, s in enumerate(shapes)]
+    run, impl, details, source = numba_cpu.contraction(eq, shapes, dtype, opt_level)
+    out = np.empty(np.einsum(eq, *args).shape, dtype)
+    assert run(args, out) is out
+    np.testing.assert_allclose(out, np.einsum(eq, *args), rtol=1e-5)
+    assert impl in ("blas-gemm", "numpy-einsum") and source
+    if opt_level == 3:
+        assert set(details["timings_ms"]) == {"blas-gemm", "numpy-einsum"}
+        assert impl == min(details["timings_ms"], key=details["timings_ms"].get)
+
+
+def test_cost_model_sends_traces_and_ints_to_einsum():
+    (c,) = numba_cpu.contraction_candidates("ii,ij->j", [(3, 3), (3, 4)], "float64")
+    assert c[0] == "numpy-einsum" and "trace or diagonal" in c[1]
+    cands = numba_cpu.contraction_candidates("ij,jk->ik", [(64, 64), (64, 64)], "int64")
+    assert [c[0] for c in cands] == ["numpy-einsum"] and "no BLAS" in cands[0][1]
+    big = numba_cpu.contraction_candidates("ij,jk->ik", [(256, 256), (256, 256)], "float32")
+    assert big[0][0] == "blas-gemm" and big[0][2] < big[1][2]
+
+
+def test_gemm_plan_shapes():
+    p = gemm_plan("bij,bjk->bik", [(3, 4, 5), (3, 5, 2)])
+    assert p.bmkn == (3, 4, 5, 2) and p.out_perm is None
+
+
+def test_large_elementwise_group_is_timed_against_numpy_blocks(rng):
+    n = numba_cpu.MEASURE_MIN_ELEMENTS
+    g = go.Graph("ew")
+    x = g.input("x", (n,), "float32")
+    y = g.input("y", (n,), "float32")
+    g.output(go.tanh(go.exp(x * 0.5) * y + 1.0) - x)
+    plan = go.compile(g, cache=False)
+    (step,) = plan.steps
+    d = step.kernel.details
+    assert set(d["timings_ms"]) == {"numba-fused", "numpy-blocked"}
+    assert step.kernel.impl == min(d["timings_ms"], key=d["timings_ms"].get)
+    assert "measured" in d["reason"]
+    xs = {"x": rng.standard_normal(n, dtype=np.float32),
+          "y": rng.standard_normal(n, dtype=np.float32)}
+    ref = go.compile(g, backend="numpy")(**xs)
+    np.testing.assert_allclose(plan(**xs), ref, rtol=1e-5, atol=1e-5)
+
+
+def test_exact_math_on_request(rng):
+    g = go.Graph()
+    x = g.input("x", (1000,), "float64")
+    g.output(go.exp(go.tanh(x) * 3.0) + 1.0)
+    xs = rng.standard_normal(1000) * 10
+    fast = go.compile(g, cache=False)
+    exact = go.compile(g, fast_math=False, cache=False)
+    assert "FAST[" in fast.kernels[0].source and "FAST[" not in exact.kernels[0].source
+    ref = np.exp(np.tanh(xs) * 3.0) + 1.0
+    np.testing.assert_allclose(exact(xs), ref, rtol=1e-15)
+    np.testing.assert_allclose(fast(xs), ref, rtol=1e-12)
+    with pytest.raises(GraphError, match="fast_math"):
+        go.compile(g, fast_math="yes", cache=False)
+
+
+def test_single_ops_use_ufuncs_and_the_reference(rng):
+    g = go.Graph()
+    x = g.input("x", (30, 40), "float64")
+    g.output({"e": go.exp(x), "s": x.sum(axis=0), "t": x.T})
+    plan = go.compile(g, opt_level=0, cache=False)
+    impls = {s.op_kinds[0]: s.kernel.impl for s in plan.steps}
+    assert impls["exp"] == "numpy-ufunc" and impls["sum"] == "numpy"
+    xs = rng.standard_normal((30, 40))
+    out = plan(xs)
+    np.testing.assert_array_equal(out["e"], np.exp(xs))
+    np.testing.assert_array_equal(out["s"], xs.sum(axis=0))
+    np.testing.assert_array_equal(out["t"], xs.T)
+
+
+def test_calls_allocate_only_their_outputs(rng):
+    g = go.Graph()
+    x = g.input("x", (256, 64), "float32")
+    w = g.input("w", (64, 64), "float32")
+    h = go.relu(go.einsum("ij,jk->ik", x, w))
+    h2 = go.einsum("ij,jk->ik", h, w) * 2.0
+    g.output(go.tanh(h2).sum(axis=1))
+    plan = go.compile(g, cache=False)
+    assert plan.arena_bytes > 0
+    xs = {"x": rng.standard_normal((256, 64), dtype=np.float32),
+          "w": rng.standard_normal((64, 64), dtype=np.float32)}
+    first = plan(**xs)
+    misses = plan.pool.stats.misses
+    outs = [plan(**xs) for _ in range(5)]
+    assert plan.pool.stats.misses == misses            # the arena is reused, not reallocated
+    assert plan.arena_stats["reused"] >= 5
+    for o in outs:                                      # fresh outputs every call
+        assert not np.shares_memory(o, first)
+        np.testing.assert_array_equal(o, first)
+
+
+def test_concurrent_calls_get_their_own_arenas(rng):
+    g, _ = mlp_graph(), None
+    plan = go.compile(g, cache=False)
+    inputs = [mlp_inputs(np.random.default_rng(s)) for s in range(6)]
+    ref_plan = go.compile(g, backend="numpy")
+    expected = [ref_plan(**i) for i in inputs]
+    results, errors = [None] * 6, []
+
+    def work(k):
+        try:
+            for _ in range(5):
+                results[k] = plan(**inputs[k])
+        except Exception as e:  # surfaced below
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    for got, exp in zip(results, expected):
+        for key in exp:
+            np.testing.assert_allclose(got[key], exp[key], rtol=1e-5, atol=1e-5)
+
+
+def test_without_numba_compile_says_so_and_offers_numpy(monkeypatch):
+    monkeypatch.setattr(BACKENDS["numba"], "available", classmethod(lambda cls: False))
+    monkeypatch.setattr(compiler, "_warned_fallback", False)
+    g = go.Graph()
+    g.output(go.exp(g.input("x", (3,), "float64")))
+    with pytest.raises(GraphError, match="pip install numba.*backend='numpy'"):
+        go.compile(g, backend="numba", cache=False)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        plan = go.compile(g, cache=False)
+    assert plan.backend.name == "numpy"
+    (w,) = [w for w in caught if "numba is not installed" in str(w.message)]
+    assert len(str(w.message).splitlines()) == 1
