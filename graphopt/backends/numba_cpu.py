@@ -116,7 +116,7 @@ def _faster_of_loop_and_blocked(k, sub, pattern, name):
     timings = {}
     for cand in (k, blocked):
         body = cand.fn if pattern != "contraction" else cand.epilogue
-        timings[cand.impl] = round(median_seconds(lambda: body(args, out)) * 1e3, 4)
+        timings[cand.impl] = round(median_seconds(lambda f=body: f(args, out)) * 1e3, 4)
     best = min((k, blocked), key=lambda c: timings[c.impl])
     return best, f"faster measured on the real shapes ({best.impl})", timings
 
