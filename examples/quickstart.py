@@ -38,14 +38,11 @@ print("max |error| vs NumPy:", float(np.max(np.abs(out["y"] - ref))))
 # 4. What did the compiler do? Passes, FLOPs, kernels, memory plan.
 print(plan.report)
 
-# 5. Profile it, when the profiler is available: a per-step table and a Chrome trace.
-try:
-    prof = plan.profile(**args, repeat=5)
-except ImportError as e:
-    print("profiler not available:", e)
-else:
-    print(prof.summary())
-    prof.to_chrome_trace("quickstart-trace.json")  # open in https://ui.perfetto.dev
+# 5. Profile it: a per-step table, what bounds each step, and a Chrome trace.
+prof = plan.profile(**args, repeat=5)
+print(prof.summary())
+print(prof.bottlenecks())       # compute-, memory- or overhead-bound, against this machine
+prof.to_chrome_trace("quickstart-trace.json")  # open in https://ui.perfetto.dev
 
 # 6. Trace a Python function instead of building the graph by hand: compiled once per
 #    input signature (shapes, dtypes, static arguments), then cached.

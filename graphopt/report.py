@@ -105,10 +105,10 @@ class OptimizationReport:
                          f"{summarize_details(r.details)}")
         if self.kernels:
             lines.append("")
-            lines.append(f"  {'step':>4}  {'kernel':<28}{'impl':<14}{'shape':<18}"
+            lines.append(f"  {'step':>4}  {'kernel':<28}{'impl':<26}{'shape':<18}"
                          f"{'FLOPs':>10}  ops")
             for k in self.kernels:
-                lines.append(f"  {k['step']:>4}  {k['name'][:27]:<28}{k['impl'][:13]:<14}"
+                lines.append(f"  {k['step']:>4}  {k['name'][:27]:<28}{k['impl'][:25]:<26}"
                              f"{str(tuple(k['shape']))[:17]:<18}{k['flops']:>10.3g}  "
                              f"{' '.join(k['ops'])[:60]}")
         if self.plan_details:

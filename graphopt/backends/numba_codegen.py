@@ -58,7 +58,7 @@ from .. import ir
 from ..einsum import to_ascii
 from ..passes.fusion import build_subgraph, classify, group_maps, is_pointwise, reduction_maps
 
-CODEGEN_VERSION = "1"
+CODEGEN_VERSION = "2"
 PARALLEL_MIN = 1 << 16   # loop-space elements below which a kernel runs on one thread
 BLOCK = 1 << 14          # elements per parallel block of a flat loop
 COL_BLOCK = 256          # output columns per block of a column reduction
@@ -218,6 +218,13 @@ def _einsum_call(eq: str, operands: list[str]) -> str:
                 "optimize=True)")
     return (f"    np.copyto(out, einsum_evaluate({eq!r}, [{', '.join(operands)}]), "
             "casting='no')")
+
+
+def _urange(lo: str, hi: str) -> str:
+    """A loop over [lo, hi) whose index numba knows is non-negative. With a signed index
+    that does not start at 0, every ``a[i]`` carries a negative-index wraparound select
+    that keeps LLVM from vectorizing the loop: 3.3x slower on a 4M-element exp/tanh chain."""
+    return f"range(np.uint64({lo}), np.uint64({hi}))"
 
 
 def _decompose(dims, src: str) -> list[str]:
@@ -553,7 +560,8 @@ class _Source:
         if self.parallel:
             nb = -(-e // BLOCK)
             head = [f"    for b in prange({nb}):",
-                    f"        for i0 in range(b * {BLOCK}, min(b * {BLOCK} + {BLOCK}, {e})):"]
+                    f"        for i0 in "
+                    f"{_urange(f'b * {BLOCK}', f'min(b * {BLOCK} + {BLOCK}, {e})')}:"]
             ind = 12
         else:
             head, ind = [f"    for i0 in range({e}):"], 8
@@ -608,7 +616,7 @@ class _Source:
         lines += [f"    partial = np.empty({nch}, {_T[acc_dt]})",
                   f"    for c in prange({nch}):",
                   f"        acc = {init}",
-                  f"        for i{r0} in range(c * {ch}, min(c * {ch} + {ch}, {e0})):"]
+                  f"        for i{r0} in {_urange(f'c * {ch}', f'min(c * {ch} + {ch}, {e0})')}:"]
         lines += self._code(("pro", 0), 12)
         saved, self.R = self.R, rest
         self._reduce_loops(1, 12, lines, [self._combine("acc")])
