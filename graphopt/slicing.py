@@ -42,7 +42,8 @@ def play_path(terms: Sequence[str], output: str, path) -> list[tuple[tuple[int, 
     """``path`` played over ``terms``: per step ``(positions, picked terms, result term)``.
 
     A step's result keeps the labels that later steps or the output need, in order of
-    appearance; the last step's result is ``output`` (as ``passes.contraction.play``)."""
+    appearance; the last step's result is ``output``. Raises ``GraphError`` for a path
+    that does not fit ``terms``."""
     current = list(terms)
     path = [tuple(p) for p in path] or [tuple(range(len(current)))]
     steps = []

@@ -31,7 +31,7 @@ from .. import ir, ops
 from ..errors import GraphError
 from ..plan import Kernel, Plan, restructure
 from . import cuda_codegen as cg
-from .gemm import GemmPlan, gemm_plan, run_gemm, transpose_copy_bytes
+from .gemm import GemmPlan, gemm_plan, gemm_source, run_gemm, transpose_copy_bytes
 from .base import Backend, register_backend
 
 # Nominal H100-class rates for the contraction cost model (only their ratio matters).
@@ -433,22 +433,14 @@ def _contraction_source(impl: str, eq: str, shapes, alpha=1) -> str:
     if impl != "cublas-gemm":
         return f"out[...] = cupy.einsum({eq!r}, ...)" + scale
     p = gemm_plan(eq, shapes)
-    B, M, K, N = p.bmkn
-    lead = f"{B}, " if B != 1 else ""
-    x, y = ("b", "a") if p.swapped else ("a", "b")
-    lines = [f"# {eq!r} as one {'batched ' if B != 1 else ''}cuBLAS GEMM (B,M,K,N = {p.bmkn})"]
-    if p.sum_a:
-        lines.append(f"{x} = {x}.sum(axis={p.sum_a})")
-    if p.sum_b:
-        lines.append(f"{y} = {y}.sum(axis={p.sum_b})")
-    lines += [f"A = {x}.transpose{p.perm_a}.reshape({lead}{M}, {K})",
-              f"B = {y}.transpose{p.perm_b}.reshape({lead}{K}, {N})"]
+    M, N = p.bmkn[1], p.bmkn[3]
     k = f"{alpha!r} * " if alpha != 1 else ""
-    if p.out_perm is None:
-        lines.append(f"out.reshape({lead}{M}, {N})[...] = {k}A @ B  # cublasGemmStridedBatchedEx")
-    else:
-        lines.append(f"out[...] = ({k}A @ B).reshape{p.res_shape}.transpose{p.out_perm}")
-    return "\n".join(lines)
+
+    def product(lead):
+        if p.out_perm is None:
+            return [f"out.reshape({lead}{M}, {N})[...] = {k}A @ B  # cublasGemmStridedBatchedEx"]
+        return [f"out[...] = ({k}A @ B).reshape{p.res_shape}.transpose{p.out_perm}"]
+    return gemm_source(p, eq, "cuBLAS", product)
 
 
 def _time_candidate(impl: str, eq: str, shapes, dtype: str, path=None,

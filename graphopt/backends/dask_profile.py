@@ -4,69 +4,27 @@ A dask graph has no step boundaries at run time (tasks of different steps interl
 the profile runs the steps one after another: each step's result is persisted in cluster
 memory (``persist`` + ``wait``) before the next step starts from it. Times include
 scheduling and transfers; the whole-graph run (``plan(...)``) overlaps steps and is faster.
+The result is the general ``graphopt.profiler.Profile`` (summary, Chrome trace, bottlenecks).
 """
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import dataclass
 
 from .. import ir
+from ..profiler import Profile, StepEvent
 from .dask_dist import get_client
 
 
 @dataclass
-class StepEvent:
-    """One step of one repeat: ``name, op_kinds, start_ns, end_ns, flops, bytes``."""
+class DaskStepEvent(StepEvent):
+    """A ``StepEvent`` that also counts the dask tasks the step ran."""
 
-    name: str
-    op_kinds: tuple
-    start_ns: int
-    end_ns: int
-    flops: int
-    bytes: int
-    tasks: int
-
-    @property
-    def seconds(self) -> float:
-        return (self.end_ns - self.start_ns) / 1e9
+    tasks: int = 0
 
 
-class DaskProfile:
-    """Events of ``repeat`` step-by-step runs; ``summary()`` and ``to_chrome_trace(path)``."""
-
-    def __init__(self, events: list[StepEvent], repeat: int):
-        self.events = events
-        self.repeat = repeat
-
-    def summary(self) -> str:
-        rows: dict[str, list[StepEvent]] = {}
-        for e in self.events:
-            rows.setdefault(e.name, []).append(e)
-        total = sum(e.seconds for e in self.events) or 1.0
-        lines = [f"{'step':<28}{'tasks':>7}{'ms':>10}{'share':>8}{'GFLOP/s':>10}{'GB/s':>8}"]
-        for name, evs in rows.items():
-            t = sum(e.seconds for e in evs) / len(evs)
-            e = evs[0]
-            lines.append(f"{name[:27]:<28}{e.tasks:>7}{t * 1e3:>10.2f}"
-                         f"{sum(x.seconds for x in evs) / total:>8.1%}"
-                         f"{e.flops / t / 1e9 if t else 0:>10.2f}"
-                         f"{e.bytes / t / 1e9 if t else 0:>8.2f}")
-        return "\n".join(lines)
-
-    def to_chrome_trace(self, path) -> None:
-        """Trace Event Format JSON (Perfetto, chrome://tracing)."""
-        t0 = min((e.start_ns for e in self.events), default=0)
-        trace = [{"name": e.name, "ph": "X", "pid": 0, "tid": 0, "cat": ",".join(e.op_kinds),
-                  "ts": (e.start_ns - t0) / 1e3, "dur": (e.end_ns - e.start_ns) / 1e3,
-                  "args": {"flops": e.flops, "bytes": e.bytes, "tasks": e.tasks}}
-                 for e in self.events]
-        with open(path, "w") as f:
-            json.dump({"traceEvents": trace, "displayTimeUnit": "ms"}, f)
-
-
-def profile_dask_plan(plan, arrays: list, repeat: int = 3, warmup: int = 1) -> DaskProfile:
+def profile_dask_plan(plan, arrays: list, repeat: int = 3, warmup: int = 1) -> Profile:
     """Run ``plan`` on bound ``arrays`` step by step, ``warmup + repeat`` times."""
     import dask
 
@@ -97,6 +55,8 @@ def profile_dask_plan(plan, arrays: list, repeat: int = 3, warmup: int = 1) -> D
                 x.__dask_graph__(), "layers") else len(x.__dask_graph__())
             env[s.node] = persist(x)
             if r >= warmup:
-                events.append(StepEvent(s.name, s.op_kinds, start, time.perf_counter_ns(),
-                                        s.flops, s.bytes, tasks))
-    return DaskProfile(events, repeat)
+                events.append(DaskStepEvent(
+                    s.name, s.op_kinds, start, time.perf_counter_ns(), s.flops, s.bytes,
+                    step=s.index, repeat=r - warmup, shape=s.shape, dtype=s.dtype,
+                    impl=s.kernel.impl, srcs=s.srcs, tasks=tasks))
+    return Profile(events, repeat)

@@ -116,3 +116,22 @@ def transpose_copy_bytes(p: GemmPlan, shapes, itemsize: int) -> int:
     if p.out_perm is not None:
         copy += 2 * B * M * N * itemsize
     return copy
+
+
+def gemm_source(p: GemmPlan, eq: str, library: str, product) -> str:
+    """Readable source of ``run_gemm`` for ``p``: the pre-sums, the matrix views A and B,
+    then ``product(lead)``'s lines (``lead`` is the batch extent prefix, "B, " or "")."""
+    B, M, K, N = p.bmkn
+    lead = f"{B}, " if B != 1 else ""
+    x, y = ("b", "a") if p.swapped else ("a", "b")
+    lines = [f"# {eq!r} as one {'batched ' if B != 1 else ''}{library} GEMM "
+             f"(B,M,K,N = {p.bmkn})"]
+    if p.sum_a:
+        lines.append(f"{x} = {x}.sum(axis={p.sum_a})")
+    if p.sum_b:
+        lines.append(f"{y} = {y}.sum(axis={p.sum_b})")
+    for name, op, perm, shape in (("A", x, p.perm_a, f"{lead}{M}, {K}"),
+                                  ("B", y, p.perm_b, f"{lead}{K}, {N}")):
+        t = "" if perm == tuple(range(len(perm))) else f".transpose{perm}"
+        lines.append(f"{name} = {op}{t}.reshape({shape})")
+    return "\n".join(lines + product(lead))

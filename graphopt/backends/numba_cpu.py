@@ -28,7 +28,7 @@ from ..einsum import to_ascii
 from ..errors import GraphError
 from ..plan import Kernel
 from .base import Backend, register_backend
-from .gemm import gemm_plan, run_gemm, transpose_copy_bytes
+from .gemm import gemm_plan, gemm_source, run_gemm, transpose_copy_bytes
 from .numpy_ref import reference_kernel, sliced_kernel
 
 # Nominal rates of a 2-core x86 machine for the cost model (only their ratios matter).
@@ -246,23 +246,13 @@ def _contraction_source(impl: str, eq: str, shapes) -> str:
     if impl != "blas-gemm":
         return f"np.einsum({to_ascii(eq)!r}, *operands, out=out)"
     p = gemm_plan(eq, shapes)
-    B, M, K, N = p.bmkn
-    lead = f"{B}, " if B != 1 else ""
-    x, y = ("b", "a") if p.swapped else ("a", "b")
-    lines = [f"# {eq!r} as one {'batched ' if B != 1 else ''}BLAS GEMM (B,M,K,N = {p.bmkn})"]
-    if p.sum_a:
-        lines.append(f"{x} = {x}.sum(axis={p.sum_a})")
-    if p.sum_b:
-        lines.append(f"{y} = {y}.sum(axis={p.sum_b})")
-    for name, op, perm, shape in (("A", x, p.perm_a, f"{lead}{M}, {K}"),
-                                  ("B", y, p.perm_b, f"{lead}{K}, {N}")):
-        t = "" if perm == tuple(range(len(perm))) else f".transpose{perm}"
-        lines.append(f"{name} = {op}{t}.reshape({shape})")
-    if p.out_perm is None:
-        lines.append(f"np.matmul(A, B, out=out.reshape({lead}{M}, {N}))")
-    else:
-        lines.append(f"out[...] = (A @ B).reshape{p.res_shape}.transpose{p.out_perm}")
-    return "\n".join(lines)
+    M, N = p.bmkn[1], p.bmkn[3]
+
+    def product(lead):
+        if p.out_perm is None:
+            return [f"np.matmul(A, B, out=out.reshape({lead}{M}, {N}))"]
+        return [f"out[...] = (A @ B).reshape{p.res_shape}.transpose{p.out_perm}"]
+    return gemm_source(p, eq, "BLAS", product)
 
 
 # ---------------------------------------------------------------------------- single ops

@@ -26,6 +26,7 @@ from opt_einsum.helpers import flop_count
 from .. import cost, ir
 from .. import einsum as einsum_mod
 from ..errors import GraphError
+from ..slicing import play_path
 from .manager import PassResult, register_pass
 
 # optimize="auto": exhaustive search up to AUTO_OPTIMAL_MAX operands, dynamic programming
@@ -171,26 +172,14 @@ class Steps:
 def play(terms, output: str, sizes: dict, path) -> Steps:
     """Play ``path`` (opt_einsum's linear format) over ``terms``; FLOPs as opt_einsum counts.
     A step keeps only the labels later steps or the output need, in order of appearance."""
-    current = list(terms)
-    path = [tuple(p) for p in path] or [tuple(range(len(current)))]
-    steps, flops, largest = [], 0, 0
-    for k, inds in enumerate(path):
-        inds = tuple(sorted(inds))
-        picked = [current[i] for i in inds]
-        for i in reversed(inds):
-            current.pop(i)
-        if k == len(path) - 1:
-            if current:
-                raise GraphError(f"contraction path {path} leaves {len(current)} operand(s)")
-            result = output
-        else:
-            needed = set("".join(current)) | set(output)
-            result = "".join(c for c in dict.fromkeys("".join(picked)) if c in needed)
+    path = [tuple(p) for p in path] or [tuple(range(len(terms)))]
+    steps = play_path(terms, output, path)
+    flops, largest = 0, 0
+    for k, (_, picked, result) in enumerate(steps):
+        if k < len(steps) - 1:
             largest = max(largest, math.prod(sizes[c] for c in result))
         idx = set("".join(picked))
         flops += flop_count(idx, bool(idx - set(result)), len(picked), sizes)
-        current.append(result)
-        steps.append((inds, picked, result))
     return Steps(path, steps, int(flops), largest, all(len(s[0]) <= 2 for s in steps))
 
 
