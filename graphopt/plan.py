@@ -194,7 +194,7 @@ class Plan:
         self._free: list[_Arena] = []
         self._lock = threading.Lock()
         self.max_cached_arenas = 4
-        self.arena_stats = {"created": 0, "reused": 0}
+        self.arena_stats = {"created": 0, "reused": 0, "live": 0, "max_live": 0}
 
     # -- introspection ----------------------------------------------------------------------
     @property
@@ -220,10 +220,13 @@ class Plan:
 
     def _checkout(self) -> _Arena:
         with self._lock:
+            st = self.arena_stats
+            st["live"] += 1
+            st["max_live"] = max(st["max_live"], st["live"])
             if self._free:
-                self.arena_stats["reused"] += 1
+                st["reused"] += 1
                 return self._free.pop()
-            self.arena_stats["created"] += 1
+            st["created"] += 1
         return self._new_arena()
 
     def _checkin(self, arena: _Arena) -> None:
@@ -233,10 +236,22 @@ class Plan:
         for i, v in enumerate(self._init_vals):
             vals[i] = v
         with self._lock:
+            self.arena_stats["live"] -= 1
             if len(self._free) < self.max_cached_arenas:
                 self._free.append(arena)
                 return
         self.pool.release(arena.buffer)
+
+    def memory_stats(self) -> dict:
+        """Measured memory next to the plan's prediction: ``high_water_bytes`` is the most
+        arena bytes this plan had checked out at once (concurrent calls each hold one);
+        ``pool`` the backend's pool statistics (hits, misses, bytes held, high water)."""
+        with self._lock:
+            st = dict(self.arena_stats)
+        return {"planned_bytes": self.memory.planned_bytes, "arena_bytes": self.arena_bytes,
+                "high_water_bytes": st["max_live"] * self.arena_bytes,
+                "arenas_created": st["created"], "max_concurrent_calls": st["max_live"],
+                "pool": self.pool.stats.to_dict()}
 
     def release_arenas(self) -> None:
         """Give every cached arena back to the pool."""

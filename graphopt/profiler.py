@@ -143,16 +143,17 @@ class Profile:
         return f"Profile({len(self.events)} events, repeat={self.repeat})"
 
     def _rows(self) -> list[tuple[StepEvent, float]]:
-        """Per step (in step order): its first event and its median time in ns."""
+        """Per step, slowest first: its first event and its median time in ns."""
         by_step: dict[int, list[StepEvent]] = {}
         for e in self.events:
             by_step.setdefault(e.step, []).append(e)
-        return [(evs[0], statistics.median(e.duration_ns for e in evs))
+        rows = [(evs[0], statistics.median(e.duration_ns for e in evs))
                 for _, evs in sorted(by_step.items())]
+        return sorted(rows, key=lambda r: -r[1])
 
     def summary(self) -> str:
-        """A table, one row per step: median time over repeats, share of the summed medians,
-        GFLOP/s, GB/s, implementation and shape; then a total line."""
+        """A table, one row per step, slowest first: median time over repeats, share of the
+        summed medians, GFLOP/s, GB/s, implementation and shape; then a total line."""
         rows = self._rows()
         total = sum(t for _, t in rows)
         w = max([len(e.name) + 2 for e, _ in rows] + [18])

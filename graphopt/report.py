@@ -7,6 +7,7 @@ graphs and plan themselves (DESIGN §6)."""
 from __future__ import annotations
 
 import json
+import weakref
 from dataclasses import dataclass, field
 
 from . import cost, ir
@@ -34,6 +35,7 @@ class OptimizationReport:
     cache_hit: bool = False
     plan_details: dict = field(default_factory=dict)   # a backend's own plan facts
     _dot: str = ""
+    _plan: object = field(default=None, repr=False, compare=False)   # weakref to the plan
 
     @classmethod
     def build(cls, *, name, backend, opt_level, records, source_graph,
@@ -53,7 +55,15 @@ class OptimizationReport:
                          "flops": s.flops, "bytes": s.bytes, **s.kernel.details}
                         for s in plan.steps]
         self.plan_details = dict(getattr(plan, "details", None) or {})
+        self._plan = weakref.ref(plan)
         self._dot = to_dot(plan.graph)
+
+    def measured_memory(self) -> dict | None:
+        """The plan's ``memory_stats()`` now (None before a plan is attached or once it is
+        gone): what its calls so far actually held, next to the prediction above."""
+        plan = self._plan() if self._plan is not None else None
+        return plan.memory_stats() if plan is not None and hasattr(plan, "memory_stats") \
+            else None
 
     # -- access ---------------------------------------------------------------------------
     def __getitem__(self, name: str):
@@ -75,6 +85,7 @@ class OptimizationReport:
                 "flops_naive": self.flops_naive, "flops_optimized": self.flops_optimized,
                 "flop_speedup": self.speedup, "nodes_before": self.nodes_before,
                 "nodes_after": self.nodes_after, "memory": dict(self.memory),
+                "memory_measured": self.measured_memory(),
                 "compile_seconds": self.compile_seconds, "cache_hit": self.cache_hit,
                 "passes": [r.to_dict() for r in self.records], "kernels": list(self.kernels),
                 **({"plan": dict(self.plan_details)} if self.plan_details else {})}
@@ -93,6 +104,11 @@ class OptimizationReport:
             m = self.memory
             lines.append(f"  memory: naive {_mb(m['naive_bytes'])} -> planned "
                          f"{_mb(m['planned_bytes'])} (lower bound {_mb(m['lower_bound_bytes'])})")
+            measured = self.measured_memory()
+            if measured and measured["arenas_created"]:
+                lines.append(f"  memory measured: high water {_mb(measured['high_water_bytes'])}"
+                             f" ({measured['max_concurrent_calls']} concurrent call(s)); pool "
+                             f"high water {_mb(measured['pool']['high_water'])}")
         return lines
 
     def __str__(self) -> str:

@@ -197,3 +197,38 @@ def test_without_numba_compile_says_so_and_offers_numpy(monkeypatch):
     assert plan.backend.name == "numpy"
     (w,) = [w for w in caught if "numba is not installed" in str(w.message)]
     assert len(str(w.message).splitlines()) == 1
+
+
+def test_fortran_and_strided_inputs(rng):
+    g = go.Graph()
+    a = g.input("a", (40, 30), "float64")
+    b = g.input("b", (30, 20), "float64")
+    g.output(go.tanh(go.einsum("ij,jk->ik", a, b)) + a.sum(axis=1, keepdims=True))
+    plan = go.compile(g, cache=False)
+    a_c, b_c = rng.standard_normal((40, 30)), rng.standard_normal((30, 20))
+    expected = plan(a_c, b_c)
+    a_f = np.asfortranarray(a_c)
+    b_s = np.zeros((60, 20))[::2]          # a strided view
+    b_s[...] = b_c
+    np.testing.assert_allclose(plan(a_f, b_s), expected, rtol=1e-12)
+    assert np.array_equal(b_s, b_c) and a_f.flags.f_contiguous
+
+
+def test_measured_memory_is_reported_next_to_the_plan(rng):
+    g = go.Graph()
+    x = g.input("x", (256, 64), "float32")
+    w = g.input("w", (64, 64), "float32")
+    h = go.relu(go.einsum("ij,jk->ik", x, w))
+    g.output(go.tanh(go.einsum("ij,jk->ik", h, w) * 2.0).sum(axis=1))
+    inputs = {"x": rng.standard_normal((256, 64), dtype=np.float32),
+              "w": rng.standard_normal((64, 64), dtype=np.float32)}
+    plan = go.compile(g, cache=False)
+    assert plan.arena_bytes > 0 and plan.memory_stats()["arenas_created"] == 0
+    plan(**inputs)
+    m = plan.memory_stats()
+    assert m["high_water_bytes"] == plan.arena_bytes and m["max_concurrent_calls"] == 1
+    assert m["planned_bytes"] == plan.memory.planned_bytes
+    assert m["pool"]["high_water"] >= plan.arena_bytes
+    text = str(plan.report)
+    assert "memory measured: high water" in text
+    assert plan.report.to_dict()["memory_measured"]["high_water_bytes"] == plan.arena_bytes
