@@ -191,6 +191,15 @@ class Plan:
         # Pre-bound program: the hot loop touches nothing else.
         self._program = tuple((s.kernel.fn, s.in_slots, s.out_slot, s.index) for s in steps)
         self._output_allocs = tuple((s.index, s.shape, s.dtype) for s in steps if s.is_output)
+        from .backends.base import Backend
+
+        # The common call (arrays of exactly the declared shape and dtype, on a backend that
+        # computes on host arrays as they are) skips the general binding: 11 -> 2 us.
+        self._fast_bind = type(backend).asarray is Backend.asarray
+        ins = graph.graph["inputs"]
+        self._names = tuple(graph.nodes[i]["name"] for i in ins)
+        self._signature = tuple((np.dtype(graph.nodes[i]["dtype"]), tuple(graph.nodes[i]["shape"]))
+                                for i in ins)
         self._free: list[_Arena] = []
         self._lock = threading.Lock()
         self.max_cached_arenas = 4
@@ -267,7 +276,28 @@ class Plan:
         return [self.backend.asarray(a) for a in arrays]
 
     def __call__(self, *args, **kwargs):
+        if self._fast_bind:
+            arrays = self._exact_arrays(args, kwargs)
+            if arrays is not None:
+                return self.run(arrays)
         return self.run(self.bind(args, kwargs))
+
+    def _exact_arrays(self, args, kwargs):
+        """The inputs in order if every one is an ndarray of exactly the declared shape and
+        dtype, else None (``bind`` then validates, converts or explains)."""
+        if kwargs:
+            if args or len(kwargs) != len(self._names):
+                return None
+            try:
+                args = [kwargs[k] for k in self._names]
+            except KeyError:
+                return None
+        elif len(args) != len(self._names):
+            return None
+        for a, (dtype, shape) in zip(args, self._signature):
+            if type(a) is not np.ndarray or a.dtype != dtype or a.shape != shape:
+                return None
+        return list(args)
 
     def run(self, arrays: list):
         """Execute on already-bound inputs (see ``bind``)."""
