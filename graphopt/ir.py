@@ -12,6 +12,7 @@ attributes; a pass that changes nodes drops them.
 from __future__ import annotations
 
 import hashlib
+import heapq
 import math
 from typing import Iterable
 
@@ -65,8 +66,10 @@ def add_op(G: nx.MultiDiGraph, op: str, operands: list[int], attrs=None, *,
 
 def operands(G: nx.MultiDiGraph, n: int) -> list[int]:
     """Operand node ids of ``n`` in argument order."""
-    edges = sorted(G.in_edges(n, data="arg"), key=lambda e: e[2])
-    return [u for u, _, _ in edges]
+    # networkx's plain adjacency dicts, not its views: the hottest helper of every pass.
+    args = [(d.get("arg"), u) for u, keys in G._pred[n].items() for d in keys.values()]
+    args.sort(key=lambda a: a[0])
+    return [u for _, u in args]
 
 
 def users(G: nx.MultiDiGraph, n: int) -> list[int]:
@@ -75,8 +78,24 @@ def users(G: nx.MultiDiGraph, n: int) -> list[int]:
 
 
 def topo_order(G: nx.MultiDiGraph) -> list[int]:
-    """A deterministic topological order (smallest node id first among ready nodes)."""
-    return list(nx.lexicographical_topological_sort(G))
+    """A deterministic topological order (smallest node id first among ready nodes), as
+    ``nx.lexicographical_topological_sort`` gives, in a fraction of its time. Raises
+    ``nx.NetworkXUnfeasible`` on a cycle."""
+    indeg = dict(G.in_degree())
+    ready = [n for n, k in indeg.items() if k == 0]
+    heapq.heapify(ready)
+    order = []
+    succ = G._succ
+    while ready:
+        u = heapq.heappop(ready)
+        order.append(u)
+        for v, keys in succ[u].items():
+            indeg[v] -= len(keys)
+            if indeg[v] == 0:
+                heapq.heappush(ready, v)
+    if len(order) != len(indeg):
+        raise nx.NetworkXUnfeasible("graph contains a cycle")
+    return order
 
 
 def copy_graph(G: nx.MultiDiGraph) -> nx.MultiDiGraph:

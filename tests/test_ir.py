@@ -9,7 +9,7 @@ import sys
 import networkx as nx
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import graphopt as go
@@ -235,3 +235,15 @@ def test_structural_hash_is_stable_across_processes(tmp_path):
         hashes.add(out.stdout.strip())
     assert hashes == {ir.structural_hash(G)}
     json.loads(path.read_text())  # still a plain JSON document
+
+
+@settings(max_examples=30)
+@given(graphs(max_nodes=20))
+def test_topo_order_is_networkx_lexicographical_order(g):
+    from graphopt.passes import PassManager, pipeline_for
+
+    for G in (g.to_ir(), PassManager(pipeline_for(2)).run(g.to_ir())[0]):
+        assert ir.topo_order(G) == list(nx.lexicographical_topological_sort(G))
+        for n in G:
+            edges = sorted(G.in_edges(n, data="arg"), key=lambda e: e[2])
+            assert ir.operands(G, n) == [u for u, _, _ in edges]
