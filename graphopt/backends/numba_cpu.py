@@ -16,8 +16,12 @@ Every choice is reported per kernel (``Kernel.impl`` and ``Kernel.details["reaso
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
+import json
 import math
+import os
+import tempfile
 import time
 
 import numpy as np
@@ -109,16 +113,46 @@ def _faster_of_loop_and_blocked(k, sub, pattern, name):
         blocked = cg.build_numpy_blocked(sub, pattern, name=name)
     except cg.UnsupportedKernel as e:
         return k, f"generated loop (no NumPy-blocked form: {e})", None
-    args = [sample_array(sub.nodes[i]["shape"], sub.nodes[i]["dtype"])
-            for i in sub.graph["inputs"]]
-    rd = sub.nodes[sub.graph["outputs"][0]]
-    out = np.empty(rd["shape"], rd["dtype"])
-    timings = {}
-    for cand in (k, blocked):
-        body = cand.fn if pattern != "contraction" else cand.epilogue
-        timings[cand.impl] = round(median_seconds(lambda f=body: f(args, out)) * 1e3, 4)
+
+    def measure() -> dict:
+        args = [sample_array(sub.nodes[i]["shape"], sub.nodes[i]["dtype"])
+                for i in sub.graph["inputs"]]
+        rd = sub.nodes[sub.graph["outputs"][0]]
+        out = np.empty(rd["shape"], rd["dtype"])
+        timings = {}
+        for cand in (k, blocked):
+            body = cand.fn if pattern != "contraction" else cand.epilogue
+            timings[cand.impl] = round(median_seconds(lambda f=body: f(args, out)) * 1e3, 4)
+        return timings
+
+    timings, cached = measured_once(k.source + blocked.source, measure)
     best = min((k, blocked), key=lambda c: timings[c.impl])
-    return best, f"faster measured on the real shapes ({best.impl})", timings
+    where = "; timings from the disk cache" if cached else ""
+    return best, f"faster measured on the real shapes ({best.impl}{where})", timings
+
+
+def measured_once(source: str, measure) -> tuple[dict, bool]:
+    """``(measure(), False)``, or the timings an earlier process measured for the same
+    kernel sources on this machine, ``(timings, True)``: kept beside the kernels in the
+    cache directory, so a second process neither re-JITs nor re-times."""
+    from .numba_codegen import cache_dir
+
+    digest = hashlib.sha256(source.encode()).hexdigest()[:24]
+    path = os.path.join(cache_dir(), f"timings_{digest}.json")
+    try:
+        with open(path, encoding="utf-8") as f:
+            timings = json.load(f)
+        if isinstance(timings, dict) and all(isinstance(v, (int, float))
+                                             for v in timings.values()):
+            return timings, True
+    except (OSError, ValueError):
+        pass
+    timings = measure()
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), suffix=".tmp")
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        json.dump(timings, f)
+    os.replace(tmp, path)
+    return timings, False
 
 
 def _guard_inplace(fn, inplace_ok, G, n):

@@ -232,3 +232,19 @@ def test_measured_memory_is_reported_next_to_the_plan(rng):
     text = str(plan.report)
     assert "memory measured: high water" in text
     assert plan.report.to_dict()["memory_measured"]["high_water_bytes"] == plan.arena_bytes
+
+
+def test_kernel_timings_are_kept_for_the_next_process(tmp_path, monkeypatch):
+    monkeypatch.setenv("GRAPHOPT_CACHE_DIR", str(tmp_path))
+    calls = []
+
+    def measure():
+        calls.append(1)
+        return {"numba-fused": 1.5, "numpy-blocked": 2.5}
+
+    assert numba_cpu.measured_once("src", measure) == (measure(), False)
+    assert numba_cpu.measured_once("src", measure) == ({"numba-fused": 1.5,
+                                                        "numpy-blocked": 2.5}, True)
+    assert len(calls) == 2                      # measured once (plus the call in the assert)
+    (tmp_path / next(p.name for p in tmp_path.iterdir())).write_text("not json")
+    assert numba_cpu.measured_once("src", measure)[1] is False   # a broken file is re-timed
