@@ -95,6 +95,7 @@ def fused_kernel(G, n, opt_level: int, fast_math: bool) -> Kernel:
     body, source = k.fn, k.source
     if pattern == "contraction":
         body, impl, cdetails, csource = _contraction_with_epilogue(G, n, k, opt_level)
+        details["contraction_reason"] = cdetails.pop("reason")   # "reason": the epilogue's
         details.update(cdetails)
         source = f"{csource}\n# then the epilogue, in place on out:\n{k.source}"
         impl = f"{impl}+{k.impl}"
