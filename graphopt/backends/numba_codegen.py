@@ -707,10 +707,16 @@ class _Source:
                   f"{_T[self.sub.nodes[self.inputs[p]]['dtype']]})" for p in used]
         launch = "launch(kernel, " if self.parallel else "kernel("
         lines += [f"    {launch}{', '.join(call + [f'out.reshape({out_cshape})'])})",
-                  "    return out", "", "", "def run(args, out=None):",
-                  "    if out is None:", f"        out = np.empty({shape}, {dt})",
-                  "    elif not out.flags.c_contiguous:",
-                  "        raise ValueError('out must be C-contiguous')"]
+                  "    return out"]
+        return lines + self.run_function(shape, dt)
+
+    def run_function(self, shape, dt) -> list[str]:
+        """``run(args, out=None)``: allocate or check ``out``, then the kernel (after the
+        reference einsum, for a contraction group)."""
+        lines = ["", "", "def run(args, out=None):", "    if out is None:",
+                 f"        out = np.empty({shape}, {dt})",
+                 "    elif not out.flags.c_contiguous:",
+                 "        raise ValueError('out must be C-contiguous')"]
         if self.einsum is None:
             return lines + ["    return kernel_call(args, out)"]
         eq = self.sub.nodes[self.einsum]["attrs"]["equation"]
@@ -1078,15 +1084,7 @@ class _BlockedSource(_Source):
                          f"x{p}.reshape(())")
         lines.append(f"    run_blocks(blocks, [{', '.join(views)}], out.reshape({out_cshape}), "
                      f"{self.nblocks}, {self.parallel})")
-        lines += ["    return out", "", "", "def run(args, out=None):", "    if out is None:",
-                  f"        out = np.empty({shape}, {dt})",
-                  "    elif not out.flags.c_contiguous:",
-                  "        raise ValueError('out must be C-contiguous')"]
-        if self.einsum is None:
-            return lines + ["    return kernel_call(args, out)"]
-        eq = self.sub.nodes[self.einsum]["attrs"]["equation"]
-        ein = [f"args[{self.inputs.index(u)}]" for u in ir.operands(self.sub, self.einsum)]
-        return lines + [_einsum_call(eq, ein), "    return epilogue(args, out)"]
+        return lines + ["    return out"] + self.run_function(shape, dt)
 
 
 def build_numpy_blocked(sub: nx.MultiDiGraph, pattern: str, *,
