@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import math
 import warnings
+import weakref
 from dataclasses import dataclass
 from typing import Callable
 
@@ -301,11 +302,18 @@ def _fused_impl(args, attrs):
     return run_graph(attrs["graph"], args)[0]
 
 
+# Fused sub-graphs are never mutated once built (passes share them between graph copies),
+# so one verify per sub-graph object is enough: the pass manager verifies after every pass.
+_VERIFIED_GROUPS: "weakref.WeakSet" = weakref.WeakSet()
+
+
 def _fused_infer(shapes, dtypes, attrs):
     from . import ir
 
     sub = attrs["graph"]
-    ir.verify(sub)
+    if sub not in _VERIFIED_GROUPS:
+        ir.verify(sub)
+        _VERIFIED_GROUPS.add(sub)
     for i, (nid, s, d) in enumerate(zip(sub.graph["inputs"], shapes, dtypes)):
         node = sub.nodes[nid]
         if tuple(node["shape"]) != tuple(s) or node["dtype"] != d:
