@@ -29,6 +29,7 @@ from graphopt.backends.cupy_gpu import Cublas, contraction_candidates, contracti
 from graphopt.backends.gemm import gemm_plan, run_gemm, view_is_free
 from graphopt.interpreter import run_graph
 from graphopt.testing import graphs, inputs_for
+from graphopt.testing.generators import random_values
 from graphopt.testing.semantics import compare_outputs, tolerance
 
 GXX = shutil.which("g++")
@@ -288,7 +289,8 @@ def test_scalar_epilogue_folds_into_the_gemm_alpha(rng):
     prog = cg.compile_group(G)
     assert [s.kind for s in prog.stages] == ["einsum"] and prog.stages[0].alpha == 0.125
     assert "alpha = 0.125" in prog.source
-    _check(G, {"q": _vals(rng, (2, 4, 3), "float32"), "k": _vals(rng, (2, 5, 3), "float32")})
+    _check(G, {"q": random_values(rng, (2, 4, 3), "float32"),
+               "k": random_values(rng, (2, 5, 3), "float32")})
     G2 = _ir(lambda g: g.output(2.0 / go.einsum("ij,jk->ik", g.input("a", (2, 3), "float32"),
                                                 g.input("b", (3, 2), "float32"))))
     assert [s.kind for s in cg.compile_group(G2).stages] == ["einsum", "elementwise"]
@@ -423,7 +425,7 @@ def test_emitted_elementwise_code_matches_interpreter(dtype, rng):
             z = go.maximum(z, x.T.T) + go.relu(y - 1)
         g.output(z)
     G = _ir(build)
-    vals = {"x": _vals(rng, (3, 4), dtype), "y": _vals(rng, (4,), dtype)}
+    vals = {"x": random_values(rng, (3, 4), dtype), "y": random_values(rng, (4,), dtype)}
     _check(G, vals)
 
 
@@ -435,7 +437,7 @@ def test_emitted_reductions_match_interpreter(dtype, rng):
         s = go.softmax(x.astype("float32") if dtype.startswith("int") else x, axis=1)
         g.output(s.sum(axis=(0, 2)) + go.mean(x, axis=1).max() + go.min(x))
     G = _ir(build)
-    _check(G, {"x": _vals(rng, (3, 4, 5), dtype)})
+    _check(G, {"x": random_values(rng, (3, 4, 5), dtype)})
 
 
 @needs_gxx
@@ -454,18 +456,10 @@ def test_contraction_group_with_transposed_epilogue_operand(rng):
         a, b = g.input("a", (4, 6), "float32"), g.input("b", (6, 4), "float32")
         c = go.einsum("ij,jk->ik", a, b)
         g.output(go.tanh(c) + c.T * 0.5)
-    _check(_ir(build), {"a": _vals(rng, (4, 6), "float32"), "b": _vals(rng, (6, 4), "float32")})
+    _check(_ir(build), {"a": random_values(rng, (4, 6), "float32"),
+                        "b": random_values(rng, (6, 4), "float32")})
 
 
-def _vals(rng, shape, dtype):
-    dt = np.dtype(dtype)
-    if dt.kind == "b":
-        return rng.random(shape) < 0.5
-    if dt.kind == "i":
-        return rng.integers(-3, 4, size=shape).astype(dt)
-    if dt.kind == "c":
-        return (rng.uniform(-1, 1, shape) + 1j * rng.uniform(-1, 1, shape)).astype(dt)
-    return rng.uniform(-2, 2, shape).astype(dt)
 
 
 @needs_gxx

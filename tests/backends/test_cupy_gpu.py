@@ -19,6 +19,7 @@ from graphopt.backends import BACKENDS, get_backend
 from graphopt.interpreter import interpret
 from graphopt.passes import PassResult
 from graphopt.testing import graphs, inputs_for
+from graphopt.testing.generators import random_values
 from graphopt.testing.semantics import compare_outputs, tolerance
 
 cupy = pytest.importorskip("cupy", reason="cupy is not installed (pip install cupy-cuda12x)")
@@ -75,15 +76,6 @@ def fuse_all(G, ctx):
     return PassResult(H, {"fused": len(outs)})
 
 
-def _rand(rng, shape, dtype):
-    dt = np.dtype(dtype)
-    if dt.kind == "b":
-        return rng.random(shape) < 0.5
-    if dt.kind == "i":
-        return rng.integers(-3, 4, size=shape).astype(dt)
-    if dt.kind == "c":
-        return (rng.uniform(-1, 1, shape) + 1j * rng.uniform(-1, 1, shape)).astype(dt)
-    return rng.uniform(-2, 2, shape).astype(dt)
 
 
 # ------------------------------------------------------------------------- hand graphs
@@ -123,7 +115,7 @@ HAND = {"mlp": mlp, "attention": attention, "misc": misc}
 def test_hand_graphs_match_interpreter(name, opt_level, rng):
     g = HAND[name]()
     G = g.to_ir()
-    inputs = {G.nodes[i]["name"]: _rand(rng, G.nodes[i]["shape"], G.nodes[i]["dtype"])
+    inputs = {G.nodes[i]["name"]: random_values(rng, G.nodes[i]["shape"], G.nodes[i]["dtype"])
               for i in G.graph["inputs"]}
     plan = go.compile(g, backend="cupy", opt_level=opt_level, cache=False)
     assert_matches(g, plan, inputs)
@@ -134,7 +126,8 @@ def test_hand_graphs_match_interpreter(name, opt_level, rng):
 def test_dtypes_through_fused_programs(dtype, rng):
     g = mlp(dtype, b=32, i=48, h=64)
     G = g.to_ir()
-    inputs = {G.nodes[i]["name"]: _rand(rng, G.nodes[i]["shape"], dtype) for i in G.graph["inputs"]}
+    inputs = {G.nodes[i]["name"]: random_values(rng, G.nodes[i]["shape"], dtype)
+              for i in G.graph["inputs"]}
     for passes in (None, [fuse_all]):
         plan = go.compile(g, backend="cupy", passes=passes, cache=False)
         # float16: the GPU accumulates products in float32; NumPy's float16 einsum rounds
@@ -145,7 +138,7 @@ def test_dtypes_through_fused_programs(dtype, rng):
 def test_inputs_numpy_or_cupy_outputs_cupy_or_host(rng):
     g = mlp()
     G = g.to_ir()
-    inputs = {G.nodes[i]["name"]: _rand(rng, G.nodes[i]["shape"], "float32")
+    inputs = {G.nodes[i]["name"]: random_values(rng, G.nodes[i]["shape"], "float32")
               for i in G.graph["inputs"]}
     before = {k: v.copy() for k, v in inputs.items()}
     plan = go.compile(g, backend="cupy")
@@ -196,7 +189,8 @@ def test_eager_fallback_for_unsupported_groups(rng):
     g.output(go.maximum(a, b) * 2)
     plan = go.compile(g, backend="cupy", passes=[fuse_all], cache=False)
     assert plan.kernels[0].impl == "cupy-ops"
-    assert_matches(g, plan, {"a": _rand(rng, 4, "complex128"), "b": _rand(rng, 4, "complex128")})
+    assert_matches(g, plan, {"a": random_values(rng, 4, "complex128"),
+                             "b": random_values(rng, 4, "complex128")})
 
 
 # -------------------------------------------------------------------------- properties
@@ -253,18 +247,18 @@ def test_cuda_graph_replay_equals_eager_launches(rng):
     eager = go.compile(g, backend="cupy", cache=False)
     graphed = go.compile(g, backend="cupy", cuda_graph=True, cache=False)
     assert type(graphed).__name__ == "CudaGraphPlan"
-    fixed = {k: cupy.asarray(_rand(rng, (16, 16), "float32")) for k in "abc"}
+    fixed = {k: cupy.asarray(random_values(rng, (16, 16), "float32")) for k in "abc"}
     first = graphed(**fixed)
     snap = [cupy.asnumpy(x) for x in first]
     for step in range(12):
         if step % 3 == 0:   # same device buffers, new contents: the same graph replays
             for v in fixed.values():
-                v[...] = cupy.asarray(_rand(rng, (16, 16), "float32"))
+                v[...] = cupy.asarray(random_values(rng, (16, 16), "float32"))
             inputs = fixed
         elif step % 3 == 1:  # fresh device arrays: maybe a new graph
-            inputs = {k: cupy.asarray(_rand(rng, (16, 16), "float32")) for k in "abc"}
+            inputs = {k: cupy.asarray(random_values(rng, (16, 16), "float32")) for k in "abc"}
         else:                # host arrays
-            inputs = {k: _rand(rng, (16, 16), "float32") for k in "abc"}
+            inputs = {k: random_values(rng, (16, 16), "float32") for k in "abc"}
         want = eager(**inputs)
         got = graphed(**inputs)
         for w, x in zip(want, got):
@@ -281,7 +275,7 @@ def test_cuda_graph_falls_back_to_static_buffers_after_max_graphs(rng):
     eager = go.compile(small(), backend="cupy", cache=False)
     keep = []
     for _ in range(5):
-        inputs = {k: cupy.asarray(_rand(rng, (16, 16), "float32")) for k in "abc"}
+        inputs = {k: cupy.asarray(random_values(rng, (16, 16), "float32")) for k in "abc"}
         keep.append(inputs)  # alive: distinct addresses every call
         for w, x in zip(eager(**inputs), plan(**inputs)):
             np.testing.assert_allclose(cupy.asnumpy(x), cupy.asnumpy(w), rtol=1e-5, atol=1e-6)
@@ -290,7 +284,7 @@ def test_cuda_graph_falls_back_to_static_buffers_after_max_graphs(rng):
 
 def test_returned_arrays_survive_later_graph_replays(rng):
     plan = go.compile(small(), backend="cupy", cuda_graph=True, cache=False)
-    inputs = {k: cupy.asarray(_rand(rng, (16, 16), "float32")) for k in "abc"}
+    inputs = {k: cupy.asarray(random_values(rng, (16, 16), "float32")) for k in "abc"}
     r1 = plan(**inputs)
     snap = [cupy.asnumpy(x) for x in r1]
     inputs["a"][...] += 1
@@ -341,7 +335,7 @@ def test_event_step_clock_measures_device_time():
 def test_profile_runs_on_the_device(rng):
     g = attention()
     G = g.to_ir()
-    inputs = {G.nodes[i]["name"]: _rand(rng, G.nodes[i]["shape"], "float32")
+    inputs = {G.nodes[i]["name"]: random_values(rng, G.nodes[i]["shape"], "float32")
               for i in G.graph["inputs"]}
     plan = go.compile(g, backend="cupy")
     prof = plan.profile(**inputs, repeat=3)
