@@ -251,10 +251,9 @@ def _reduction_rule(op, in_dt, out_dt, const):
     big = op == "max"
     if kind == "b":
         return in_dt, const(not big, in_dt), "({a} or {v})" if big else "({a} and {v})", "{a}"
-    if kind == "f":
+    if kind == "f":   # numba_math's intrinsics: NaN-propagating, and they vectorize
         init = const(-np.inf if big else np.inf, in_dt)
-        cmp = ">" if big else "<"
-        return in_dt, init, "({a} if {a} %s {v} or {a} != {a} else {v})" % cmp, "{a}"
+        return in_dt, init, ("fmaximum({a}, {v})" if big else "fminimum({a}, {v})"), "{a}"
     lim = np.iinfo(in_dt).min if big else np.iinfo(in_dt).max
     return in_dt, const(lim, in_dt), ("max({a}, {v})" if big else "min({a}, {v})"), "{a}"
 
@@ -268,7 +267,9 @@ class _Source:
     def __init__(self, sub, pattern, fast_math):
         _check_supported(sub, pattern)
         self.sub, self.pattern, self.fast_math = sub, pattern, fast_math
-        self.fast, self.fast_digest = _fast_table() if fast_math else ({}, "off")
+        self.fast, self.fast_digest = _fast_table()
+        if not fast_math:
+            self.fast = {}
         self.root = sub.graph["outputs"][0]
         self.inputs = list(sub.graph["inputs"])
         self.globals: dict[str, str] = {}
@@ -291,29 +292,39 @@ class _Source:
         else:
             a = sub.nodes[red]["attrs"]
             self.in_map, self.out_map = reduction_maps(space, a["axes"], a["keepdims"])
-        accesses = sorted({m for n in self.inputs for m, _ in maps.get(n, ())}, key=repr)
-        groups = _collapse(space, roles, accesses + [self.out_map])
-        self.where = {d: c for c, g in enumerate(groups) for d in g}
-        self.cext = [math.prod(space[d] for d in g) for g in groups]
-        self.croles = [roles[g[0]] for g in groups]
-        self.out_cmap = self.to_cmap(self.out_map)
+        reads = {n: {m for m, _ in maps.get(n, ())} for n in self.inputs}
+        self._layout(roles, reads)
         if self.einsum is not None and {m for m, _ in maps[self.einsum]} != {self.out_map}:
             raise UnsupportedKernel("the einsum result is not read at the output's index")
-        self.args: dict = {}
-        self.arg_specs: list = []   # (arg name, input position, collapsed shape)
-        for pos, n in enumerate(self.inputs):
-            for cm in sorted({self.to_cmap(m) for m, _ in maps.get(n, ())}):
-                name = f"a{len(self.arg_specs)}"
-                self.args[(pos, cm)] = name
-                self.arg_specs.append((name, pos, tuple(self.cext[c] for c in cm)))
         self.inplace_ok = tuple(
-            red is None and self.einsum is None and n in maps
-            and {m for m, _ in maps[n]} == {self.out_map}
+            red is None and self.einsum is None and reads[n] == {self.out_map}
             and np.dtype(sub.nodes[n]["dtype"]).itemsize
             == np.dtype(sub.nodes[self.root]["dtype"]).itemsize
             and tuple(sub.nodes[n]["shape"]) == tuple(sub.nodes[self.root]["shape"])
             for n in self.inputs)
         self._choose_loops()
+
+    def _layout(self, roles, reads: dict):
+        """Collapse the loop space (``roles``: "k" kept or "r" reduced per dim) and name one
+        kernel argument per (input, collapsed map) in ``reads`` (input -> maps read at)."""
+        space = self.space
+        accesses = sorted({m for ms in reads.values() for m in ms}, key=repr)
+        groups = _collapse(space, roles, accesses + [self.out_map])
+        self.where = {d: c for c, g in enumerate(groups) for d in g}
+        self.cext = [math.prod(space[d] for d in g) for g in groups]
+        self.croles = [roles[g[0]] for g in groups]
+        self.out_cmap = self.to_cmap(self.out_map)
+        self.args: dict = {}
+        self.arg_specs: list = []   # (arg name, input position, collapsed shape)
+        for pos, n in enumerate(self.inputs):
+            for cm in sorted({self.to_cmap(m) for m in reads.get(n, ())}):
+                name = f"a{len(self.arg_specs)}"
+                self.args[(pos, cm)] = name
+                self.arg_specs.append((name, pos, tuple(self.cext[c] for c in cm)))
+
+    @property
+    def reduces(self) -> bool:
+        return self.red is not None
 
     def to_cmap(self, m) -> tuple:
         return _cmap(m, self.where)
@@ -532,19 +543,22 @@ class _Source:
     def kernel_body(self) -> list[str]:
         root_val = self.value(self.root, self.out_map, "epi")[0] if self.red is None else None
         if self.red is not None:
-            red = self.sub.nodes[self.red]
             (u,) = ir.operands(self.sub, self.red)
-            v, vdt, _ = self.value(u, self.in_map, "pro")
-            acc_dt, init, comb, final = _reduction_rule(red["op"], vdt, red["dtype"], self.const)
-            v = self.cast(v, vdt, acc_dt)
-            count = math.prod(self.space[a] for a in red["attrs"]["axes"])
-            fin = final.format(a="{a}")
-            if red["op"] == "mean":
-                fin = f"{{a}} / {self.const(count, acc_dt)}"
-            self.rule = (acc_dt, init, comb, self.cast(fin, acc_dt, red["dtype"]), v)
+            self.rule = self.reduction(self.red, *self.value(u, self.in_map, "pro")[:2])
             root_val = self.value(self.root, self.out_map, "epi")[0]
         store = f"out[{self.out_index()}] = {root_val}"
         return getattr(self, f"_loops_{self.mode}")(store)
+
+    def reduction(self, r, v, vdt) -> tuple:
+        """``(acc dtype, init, combine template, final template, v as acc dtype)`` of
+        reduction node ``r`` over values ``v`` of dtype ``vdt``; templates use {a}, {v}."""
+        red = self.sub.nodes[r]
+        acc_dt, init, comb, final = _reduction_rule(red["op"], vdt, red["dtype"], self.const)
+        if red["op"] == "mean":
+            count = math.prod(self.space[a] for a in red["attrs"]["axes"])
+            final = f"{{a}} / {self.const(count, acc_dt)}"
+        return acc_dt, init, comb, self.cast(final, acc_dt, red["dtype"]), \
+            self.cast(v, vdt, acc_dt)
 
     def _code(self, key, indent) -> list[str]:
         return [" " * indent + s for s in self.bufs.get(key, [])]
@@ -671,8 +685,9 @@ class _Source:
         types[out_t] = f"nt.Array(nt.{_NB[rd['dtype']]}, {len(out_cshape)}, 'C')"
         sig = [f"IN_{sub.nodes[self.inputs[p]]['dtype']}_{max(len(shp), 1)}d"
                for _, p, shp in self.arg_specs] + [out_t]
-        flags = ["reassoc", "contract"] if self.red is not None else ["contract"]
-        fm = f", fastmath={set(flags)!r}" if self.fast_math else ""
+        flags = ["reassoc", "contract"] if self.reduces else ["contract"]
+        # sorted: a set's repr changes with the hash seed, and the source is the cache key
+        fm = f", fastmath={{{', '.join(map(repr, sorted(flags)))}}}" if self.fast_math else ""
         ops_ = [sub.nodes[n]["op"] for n in ir.topo_order(sub)
                 if sub.nodes[n]["op"] not in ("input", "const")]
         head = [f"# graphopt kernel {struct_key[:12]} (codegen v{CODEGEN_VERSION}), "
@@ -680,12 +695,16 @@ class _Source:
                 f"# out {tuple(rd['shape'])} {rd['dtype']}; loop space {self.space} "
                 f"collapsed to {tuple(self.cext)} ({self.mode} loops, "
                 f"{'parallel' if self.parallel else 'one thread'})",
-                f"# fast math: {self.fast_digest}",
+                f"# fast math: {'on' if self.fast_math else 'off'}; numba_math "
+                f"{self.fast_digest}",
                 "import cmath  # noqa: F401", "", "import numba", "import numpy as np",
                 "from numba import prange  # noqa: F401", "from numba import types as nt",
                 "from graphopt.einsum import evaluate as einsum_evaluate  # noqa: F401"]
         if self.parallel:
             head.append("from graphopt.backends.numba_codegen import launch")
+        used = [f for f in ("fmaximum", "fminimum") if any(f"{f}(" in b for b in body)]
+        if used:
+            head.append(f"from graphopt.backends.numba_math import {', '.join(used)}")
         if self.fast_used:
             head.append("from graphopt.backends.numba_math import FAST")
             head += [f"{name} = FAST[{key!r}]" for name, key in sorted(self.fast_used.items())]
@@ -815,7 +834,11 @@ def generate_source(sub: nx.MultiDiGraph, pattern: str, *, fast_math: bool = Tru
     """The kernel module's source for a fused sub-graph, without compiling it.
 
     Returns ``(source, info)``; ``info`` holds ``inplace_ok``, ``mode`` and ``parallel``."""
-    gen = _Source(sub, pattern, fast_math)
+    if pattern == "normalization":
+        from .numba_rows import RowsSource as gen_class
+    else:
+        gen_class = _Source
+    gen = gen_class(sub, pattern, fast_math)
     key = ir.structural_hash(sub)
     src = gen.module(key)
     return src, {"inplace_ok": gen.inplace_ok, "mode": gen.mode, "parallel": gen.parallel,

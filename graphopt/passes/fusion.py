@@ -12,7 +12,10 @@ nodes":
   the reduced shape;
 - ``contraction``: one ``einsum`` whose operands are group inputs, followed by elementwise
   ops on its output (shape and dtype), e.g. bias add + gelu: backends run the einsum into
-  the output buffer and the rest in place on it.
+  the output buffer and the rest in place on it;
+- ``normalization``: reductions over the same trailing axes of one shape (the rows), mixed
+  with elementwise ops over the rows and over the per-row values, e.g. softmax, layer norm,
+  logsumexp: backends make one pass over a row per level of reductions.
 
 Size-1 constants used by members are copied into the group (literals in the kernel). A
 group of one op that absorbed nothing is left alone. An expensive op (exp, tanh, ...) whose
@@ -27,6 +30,7 @@ from __future__ import annotations
 
 import heapq
 import math
+from dataclasses import dataclass
 
 import networkx as nx
 
@@ -159,29 +163,116 @@ def classify(G: nx.MultiDiGraph, members, root: int) -> tuple[str | None, str]:
         return None, "a kernel holds one einsum"
     if eins and reds:
         return None, "an einsum epilogue cannot hold a reduction"
-    if len(reds) > 1:
-        return None, "reduction not at root: a kernel holds one reduction"
-    for head, what in ((eins[0] if eins else None, "einsum"),
-                       (reds[0] if reds else None, "reduction")):
-        if head is None:
-            continue
-        hd = G.nodes[head]
-        for m in _descendants_within(G, head, members):
-            md = G.nodes[m]
-            if md["op"] in INDEXING or tuple(md["shape"]) != tuple(hd["shape"]):
-                reason = ("reduction not at root" if what == "reduction" else "shape mismatch")
-                return None, (f"{reason}: {md['op']} after the {hd['op']} is not elementwise "
-                              f"on its {tuple(hd['shape'])} result")
-            if what == "einsum" and md["dtype"] != hd["dtype"]:
-                return None, (f"dtype mismatch: {md['op']} turns the einsum's {hd['dtype']} "
-                              f"into {md['dtype']} (the epilogue runs in place)")
+    if reds:
+        reason = _epilogue_reason(G, reds[0], members, "reduction") if len(reds) == 1 else \
+            "a reduction kernel holds one reduction"
+        if not reason:
+            return "reduction", ""
+        rows = normalization_maps(G, members, root)
+        if isinstance(rows, str):
+            return None, f"{reason}; not a normalization: {rows}"
+        return "normalization", ""
     if eins:
+        reason = _epilogue_reason(G, eins[0], members, "einsum")
+        if reason:
+            return None, reason
         if eins[0] == root:
             return None, "an einsum alone is not an epilogue group"
         if any(u in members for u in ir.operands(G, eins[0])):
             return None, "einsum operands must be group inputs"
         return "contraction", ""
-    return ("reduction" if reds else "elementwise"), ""
+    return "elementwise", ""
+
+
+def _epilogue_reason(G, head, members, what) -> str:
+    """Why the members after ``head`` are not an epilogue on its result ("" if they are)."""
+    hd = G.nodes[head]
+    for m in _descendants_within(G, head, members):
+        md = G.nodes[m]
+        if md["op"] in INDEXING or tuple(md["shape"]) != tuple(hd["shape"]):
+            reason = ("reduction not at root" if what == "reduction" else "shape mismatch")
+            return (f"{reason}: {md['op']} after the {hd['op']} is not elementwise "
+                    f"on its {tuple(hd['shape'])} result")
+        if what == "einsum" and md["dtype"] != hd["dtype"]:
+            return (f"dtype mismatch: {md['op']} turns the einsum's {hd['dtype']} "
+                    f"into {md['dtype']} (the epilogue runs in place)")
+    return ""
+
+
+@dataclass(frozen=True)
+class RowMaps:
+    """The loop space of a normalization group: ``space`` (the reductions' operand shape),
+    ``axes`` (the reduced, trailing axes), ``kept`` (the map of a per-row value) and
+    ``maps`` (every map each member and input is read at)."""
+
+    space: tuple
+    axes: tuple
+    kept: tuple
+    maps: dict
+
+
+def normalization_maps(G: nx.MultiDiGraph, members, root: int) -> RowMaps | str:
+    """The rows of a normalization group, or why ``members`` are not one.
+
+    Every reduction reduces the same trailing axes of an operand of one shape, and its
+    value is read only once per row (at the kept dims); the root is over the rows or over
+    the per-row values; an expensive op is not recomputed across a broadcast."""
+    members = set(members)
+    reds = [m for m in members if _kind(G, m) == "reduction"]
+    if not reds:
+        return "it has no reduction"
+    operand = ir.operands(G, reds[0])[0]
+    space = tuple(G.nodes[operand]["shape"])
+    axes = tuple(sorted(G.nodes[reds[0]]["attrs"]["axes"]))
+    for r in reds:
+        u = ir.operands(G, r)[0]
+        if tuple(G.nodes[u]["shape"]) != space or tuple(sorted(G.nodes[r]["attrs"]["axes"])) \
+                != axes:
+            return "its reductions reduce different rows"
+    nd = len(space)
+    if axes != tuple(range(nd - len(axes), nd)):
+        return f"the reduced axes {axes} are not the trailing axes of {space}"
+    if len(axes) == nd or math.prod(space[:nd - len(axes)]) == 1:
+        return "a full reduction has no rows"
+    row = identity_map(space)
+    kept = tuple(None if i in axes else m for i, m in enumerate(row))
+    shape = tuple(G.nodes[root]["shape"])
+    if shape == space:
+        start = row
+    elif shape == tuple(1 if i in axes else s for i, s in enumerate(space)):
+        start = kept
+    elif shape == space[:nd - len(axes)]:
+        start = kept[:nd - len(axes)]
+    else:
+        return f"the result {shape} is neither over the rows of {space} nor one per row"
+    maps: dict[int, set] = {}
+    stack = [(root, start)]
+    while stack:
+        n, m = stack.pop()
+        if m in maps.setdefault(n, set()):
+            continue
+        maps[n].add(m)
+        if n in reds:
+            a = G.nodes[n]["attrs"]
+            if m != reduction_maps(space, axes, a["keepdims"])[1]:
+                return f"the {G.nodes[n]['op']} over the rows is read across rows"
+            u = ir.operands(G, n)[0]
+            stack.append((u, row))
+            continue
+        if n not in members or not is_pointwise(G, n):
+            continue
+        for k, u in enumerate(ir.operands(G, n)):
+            stack.append((u, operand_index_map(G, n, k, m)))
+    lead = set(kept) - {None}
+    for n, entries in maps.items():
+        if G.nodes[n]["op"] not in EXPENSIVE:
+            continue
+        for m in entries:
+            used = set(m) - {None}
+            if used - lead and lead - used:
+                return (f"{G.nodes[n]['op']} of {tuple(G.nodes[n]['shape'])} would be "
+                        f"recomputed for every row of {space}")
+    return RowMaps(space, axes, kept, maps)
 
 
 def _descendants_within(G, head, members) -> set:
@@ -241,6 +332,8 @@ def _refusal(G, members, p, pos, outputs, root) -> str:
     pattern, reason = classify(G, members | {p}, root)
     if pattern is None:
         return reason
+    if pattern == "normalization":   # normalization_maps checked recomputation
+        return ""
     return _check_recompute(G, members | {p}, root)
 
 
