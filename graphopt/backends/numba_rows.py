@@ -27,9 +27,11 @@ import math
 
 from .. import ir, ops
 from ..passes.fusion import EXPENSIVE, normalization_maps
-from .numba_codegen import _T, PARALLEL_MIN, UnsupportedKernel, _decompose, _members, _Source
+from .numba_codegen import (_T, PARALLEL_MIN, UnsupportedKernel, _decompose, _members, _Source,
+                            _urange)
 
 ROW_TASKS = 256   # parallel tasks (blocks of rows), each with its own scratch rows
+SUM_BLOCK = 1024  # row elements summed in float32 before joining a float64 total
 
 
 class RowsSource(_Source):
@@ -107,17 +109,27 @@ class RowsSource(_Source):
         reds = [n for n in ir.topo_order(sub) if ops.OPS[sub.nodes[n]["op"]].kind
                 == ops.REDUCTION]
         passes = max(stage[r] for r in reds)
+        self.partials = {p: ([], []) for p in range(passes)}   # per block: inits, folds
         inits, combines, finals = {}, {}, {}
         for p in range(passes):
             for r in (r for r in reds if stage[r] == p + 1):
                 (u,) = ir.operands(sub, r)
-                row = self.value(u, self._row(), p)
-                acc_dt, init, comb, fin, v = self.reduction(r, *row[:2])
-                acc = f"acc{len(self.red_var)}"
-                self.red_var[r] = f"r{len(self.red_var)}"
+                v, vdt, _ = self.value(u, self._row(), p)
+                acc_dt, init, comb, fin, v_acc = self.reduction(r, v, vdt)
+                k = len(self.red_var)
+                acc, self.red_var[r] = f"acc{k}", f"r{k}"
                 inits.setdefault(p, []).append(f"{acc} = {init}")
-                combines.setdefault(p, []).append(f"{acc} = {comb.format(a=acc, v=v)}")
                 finals.setdefault(p, []).append(f"{self.red_var[r]} = {fin.format(a=acc)}")
+                if acc_dt != vdt and vdt in ("float32", "complex64") and len(self.R) == 1:
+                    # accumulate a block of the row in float32, fold it into the float64
+                    # total: a float64 accumulator keeps LLVM from vectorizing the pass
+                    part = f"part{k}"
+                    self.partials[p][0].append(f"{part} = {self.const(0, vdt)}")
+                    self.partials[p][1].append(
+                        f"{acc} = {comb.format(a=acc, v=self.cast(part, vdt, acc_dt))}")
+                    combines.setdefault(p, []).append(f"{part} = {comb.format(a=part, v=v)}")
+                else:
+                    combines.setdefault(p, []).append(f"{acc} = {comb.format(a=acc, v=v_acc)}")
         root = self.value(self.root, self.out_map, passes)[0]
         store = [f"out[{self.out_index()}] = {root}"]
         full = any(self.level[c] for c in self.out_cmap)
@@ -136,8 +148,18 @@ class RowsSource(_Source):
         return tuple(None if e == 1 else d for d, e in enumerate(self.space))
 
     def _pass(self, p, innermost) -> list[str]:
-        """Pass ``p`` over a row: the reduced loops, ``innermost`` at the deepest."""
+        """Pass ``p`` over a row: the reduced loops, ``innermost`` at the deepest; in blocks
+        of ``SUM_BLOCK`` where partial sums are folded per block."""
+        block_inits, folds = self.partials.get(p, ((), ()))
         lines, indent = [], 0
+        if folds:
+            (c,) = self.R
+            e = self.cext[c]
+            lines += [f"for jb in range(0, {e}, {SUM_BLOCK}):"] + \
+                     ["    " + s for s in block_inits] + \
+                     [f"    for i{c} in {_urange('jb', f'min(jb + {SUM_BLOCK}, {e})')}:"]
+            lines += ["        " + s for s in self.bufs.get(("pass", p, 1), []) + innermost]
+            return lines + ["    " + s for s in folds]
         for i, c in enumerate(self.R):
             lines.append(" " * indent + f"for i{c} in range({self.cext[c]}):")
             indent += 4

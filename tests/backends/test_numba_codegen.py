@@ -280,7 +280,9 @@ def test_max_min_propagate_nan_and_reduction_epilogue():
 def test_prologue_hoists_loop_invariants_and_shares_them_with_the_epilogue():
     g = go.Graph()
     x = g.input("x", (4, 9), "float64")
-    g.output(go.logsumexp(x, axis=1, keepdims=True))
+    m = g.input("m", (4, 1), "float64")
+    shift = go.where(abs(m) < np.inf, m, 0.0)
+    g.output(go.log(go.exp(x - shift).sum(axis=1, keepdims=True)) + shift)
     H, k = kernel_for(g)
     assert k.pattern == "reduction" and k.details["mode"] == "row"
     body = k.source.split("def kernel(")[1]
@@ -290,9 +292,77 @@ def test_prologue_hoists_loop_invariants_and_shares_them_with_the_epilogue():
     assert body.index("abs(") < loop
     rng = np.random.default_rng(6)
     xa = rng.standard_normal((4, 9))
-    xa[2] = -np.inf
-    check(g, {"x": xa})
+    ma = xa.max(axis=1, keepdims=True)
+    ma[2] = -np.inf
+    check(g, {"x": xa, "m": ma})
     assert body.count("abs(") == 1
+
+
+# --------------------------------------------------------------------- normalization groups
+
+
+def layer_norm(x, w, axis=-1):
+    mu = x.mean(axis=axis, keepdims=True)
+    d = x - mu
+    return d / go.sqrt((d * d).mean(axis=axis, keepdims=True) + 1e-5) * w
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("which", ["softmax", "layer_norm", "logsumexp", "logsumexp_kept"])
+def test_normalization_groups_one_pass_per_reduction_level(which, dtype):
+    g = go.Graph()
+    x = g.input("x", (5, 3, 16), dtype)
+    w = g.input("w", (16,), dtype)
+    out = {"softmax": lambda: go.softmax(x * 0.5, axis=-1),
+           "layer_norm": lambda: layer_norm(x, w),
+           "logsumexp": lambda: go.logsumexp(x, axis=-1),
+           "logsumexp_kept": lambda: go.logsumexp(x, axis=-1, keepdims=True)}[which]()
+    g.output(out)
+    xa = np.resize(special(dtype), (5, 3, 16))
+    xa[1, 1] = -np.inf        # a row of -inf: logsumexp's shift guard, softmax's nan
+    xa[2, 0] = np.linspace(-3, 3, 16)
+    inputs = {"x": xa, "w": np.linspace(0.5, 2, 16).astype(dtype)}
+    H = fusion(g.to_ir(), PassContext()).graph
+    (f,) = [n for n in H if H.nodes[n]["op"] == "fused"]
+    assert H.nodes[f]["attrs"]["pattern"] == "normalization"
+    check(g, inputs, rtol=1e-5 if dtype == "float32" else None)
+    k = _kernel(H, f, False, False)
+    body = k.source.split("def kernel(")[1]
+    passes = {"softmax": 3, "layer_norm": 3, "logsumexp": 2, "logsumexp_kept": 2}[which]
+    assert body.count("for i1 in") == passes and k.details["mode"] == "rows"
+
+
+def test_softmax_keeps_exp_in_a_scratch_row_and_sums_float32_in_blocks():
+    g = go.Graph()
+    x = g.input("x", (64, 3000), "float32")
+    g.output(go.softmax(x, axis=-1))
+    H, k = kernel_for(g, fast_math=True)
+    body = k.source.split("def kernel(")[1]
+    assert body.count("exp_f32(") == 1 and "s0[i1] = " in body and "= s0[i1]" in body
+    assert "part1 = part1 + " in body and "np.float64(part1)" in body
+    assert k.details["parallel"]
+    rng = np.random.default_rng(3)
+    xa = (rng.standard_normal((64, 3000)) * 4).astype(np.float32)
+    xa[5, 17] = np.nan
+    got = k.fn([xa], None)
+    ex = np.exp(xa.astype(np.float64) - xa.max(-1, keepdims=True))
+    ex /= ex.sum(-1, keepdims=True)
+    assert np.isnan(got[5]).all() and not np.isnan(np.delete(got, 5, 0)).any()
+    np.testing.assert_allclose(np.delete(got, 5, 0), np.delete(ex, 5, 0), rtol=2e-6, atol=1e-12)
+
+
+@pytest.mark.parametrize("layout", ["c", "transposed"])
+def test_normalization_over_two_trailing_axes_and_strided_rows(layout):
+    g = go.Graph()
+    x = g.input("x", (6, 4, 5), "float64")
+    bias = g.input("b", (6, 1, 1), "float64")
+    g.output(go.softmax(x + bias, axis=(1, 2)) * 2.0)
+    rng = np.random.default_rng(4)
+    xa = rng.standard_normal((6, 4, 5))
+    if layout == "transposed":
+        xa = np.ascontiguousarray(xa.transpose(2, 1, 0)).transpose(2, 1, 0)
+    k = check(g, {"x": xa, "b": rng.standard_normal((6, 1, 1))})
+    assert k.pattern == "normalization" and k.details["collapsed"] == [6, 20]
 
 
 @pytest.mark.parametrize("layout", ["transposed", "strided", "fortran"])

@@ -88,16 +88,45 @@ def test_reduction_rooted_group_and_its_epilogue():
     assert member_ops(H, f) == ["mul", "mean", "add", "sqrt"]
 
 
-def test_softmax_keeps_values_two_kernels_need_outside():
+def test_softmax_is_one_normalization_group():
     g = go.Graph()
     x = g.input("x", (4, 9), "float64")
-    g.output(go.softmax(x, axis=1))
+    g.output(go.softmax(x * 0.5, axis=1))
     G, H, details = fuse(g)
-    assert details["groups"] == [["sub", "exp"]]
-    # exp feeds both the sum and the division: it cannot be an inner member of either
-    assert any("would create a cycle" in r for r in reasons(details, "exp"))
-    assert any("multiple external users" in r for r in reasons(details, "exp"))
-    assert any("reduction not at root" in r for r in reasons(details, "max"))
+    (f,) = fused_nodes(H)
+    assert H.nodes[f]["attrs"]["pattern"] == "normalization"
+    assert member_ops(H, f) == ["mul", "max", "sub", "exp", "sum", "div"]
+    assert details["rejected"] == []
+
+
+def test_layer_norm_and_logsumexp_are_normalization_groups():
+    g = go.Graph()
+    x = g.input("x", (6, 5, 8), "float32")
+    w = g.input("w", (8,), "float32")
+    mu = x.mean(axis=-1, keepdims=True)
+    var = ((x - mu) * (x - mu)).mean(axis=-1, keepdims=True)
+    g.output(((x - mu) / go.sqrt(var + 1e-5) * w,
+              go.logsumexp(x, axis=(1, 2), keepdims=False)))
+    G, H, details = fuse(g)
+    fs = fused_nodes(H)
+    assert [H.nodes[f]["attrs"]["pattern"] for f in fs] == ["normalization"] * 2
+    assert member_ops(H, fs[0]).count("mean") == 2
+    assert member_ops(H, fs[1]).count("max") == 1
+
+
+@pytest.mark.parametrize("build, why", [
+    (lambda x: go.softmax(x, axis=0), "not the trailing axes"),
+    (lambda x: x - x.mean(), "a full reduction has no rows"),
+    (lambda x: x.sum(axis=2, keepdims=True) * x + x.max(axis=(1, 2), keepdims=True),
+     "different rows"),
+    (lambda x: x * x.max(axis=2, keepdims=True).transpose((0, 2, 1)), "read across rows"),
+])
+def test_reductions_that_are_not_one_row_pass_stay_apart(build, why):
+    g = go.Graph()
+    x = g.input("x", (2, 6, 6), "float64")
+    g.output(build(x))
+    G, H, details = fuse(g)
+    assert any(why in r["reason"] for r in details["rejected"]), details["rejected"]
 
 
 def test_cycle_through_an_outside_node_is_refused():
@@ -230,7 +259,9 @@ def test_fused_graph_runs_through_compile_on_the_reference_backend(rng):
     h = go.relu(go.einsum("bi,ij->bj", x, w) - 0.1)
     g.output(go.softmax(h, axis=-1))
     plan = go.compile(g, backend="numpy")
-    assert plan.report["fusion"].details["kernels"] >= 2
+    # relu(h - 0.1) is read by the max and the subtraction: both in the softmax's group
+    assert plan.report["fusion"].details["groups"] == [["sub", "relu", "max", "sub", "exp",
+                                                         "sum", "div"]]
     xa = rng.standard_normal((6, 8)).astype(np.float32)
     wa = rng.standard_normal((8, 8)).astype(np.float32)
     np.testing.assert_allclose(plan(xa, wa), go.compile(g, backend="numpy", opt_level=0)(xa, wa),
