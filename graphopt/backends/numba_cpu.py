@@ -10,6 +10,8 @@
   ``opt_level=3``, by timing. A contraction's fused epilogue runs in place on its result.
 - Single elementwise ops call their NumPy ufunc with ``out=``; everything else runs the
   reference semantics into the planned buffer.
+- ``tiled`` regions (``passes.tiling``) run their members' kernels one batch block at a
+  time (``backends.tiled``).
 
 Every choice is reported per kernel (``Kernel.impl`` and ``Kernel.details["reason"]``).
 """
@@ -34,6 +36,7 @@ from ..plan import Kernel
 from .base import Backend, register_backend
 from .gemm import gemm_plan, gemm_source, run_gemm, transpose_copy_bytes
 from .numpy_ref import reference_kernel, sliced_kernel
+from .tiled import tiled_kernel
 
 # Nominal rates of a 2-core x86 machine for the cost model (only their ratios matter).
 GEMM_FLOPS = {"float32": 150e9, "float64": 75e9, "complex64": 150e9, "complex128": 75e9}
@@ -59,6 +62,8 @@ class NumbaBackend(Backend):
             raise GraphError(f"compile option fast_math= must be True or False, got "
                              f"{fast_math!r}")
         d = G.nodes[n]
+        if d["op"] == "fused" and d["attrs"]["pattern"] == "tiled":
+            return tiled_kernel(G, n, lambda H, m: self.kernel(H, m, ctx))
         if d["op"] == "fused":
             return fused_kernel(G, n, ctx.opt_level, fast_math)
         if d["op"] == "einsum":

@@ -8,4 +8,4 @@ __all__ = ["PASSES", "PIPELINES", "PassContext", "PassManager", "PassRecord", "P
 
 # Built-in passes register themselves on import.
 from . import (contraction, cse, dce, fusion, memory, schedule, simplify,  # noqa: F401, E402
-               slicing)
+               slicing, tiling)

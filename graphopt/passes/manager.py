@@ -88,9 +88,9 @@ PIPELINES: dict[int, list[str]] = {
     0: [],
     1: ["simplify", "cse", "dce"],
     2: ["simplify", "cse", "dce", "contraction", "slicing", "simplify", "cse", "dce",
-        "fusion", "schedule", "memory"],
+        "fusion", "tiling", "schedule", "memory"],
     3: ["simplify", "cse", "dce", "contraction", "slicing", "simplify", "cse", "dce",
-        "fusion", "schedule", "memory"],
+        "fusion", "tiling", "schedule", "memory"],
 }
 
 
