@@ -13,6 +13,7 @@ The API the numba backend calls::
     k.einsum_equation, k.einsum_args   # the einsum, and which of args are its operands
     k.epilogue(args, out)  # args: all the fused node's operands; out holds the einsum
 
+    (pattern "normalization": one pass over each row per level of reductions, numba_rows.py)
     build_node_kernel(G, n)            # the same for one elementwise or reduction node
     build_numpy_blocked(sub, pattern)  # NumPy ufuncs in cache-sized blocks, same contract
                                        # (impl "numpy-blocked"): time both, keep the faster

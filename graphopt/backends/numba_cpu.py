@@ -92,7 +92,7 @@ def fused_kernel(G, n, opt_level: int, fast_math: bool) -> Kernel:
         return ref
     reason = "generated loop"
     timings = None
-    if pattern != "reduction" and math.prod(d["shape"]) >= MEASURE_MIN_ELEMENTS:
+    if pattern in ("elementwise", "contraction") and math.prod(d["shape"]) >= MEASURE_MIN_ELEMENTS:
         k, reason, timings = _faster_of_loop_and_blocked(k, sub, pattern, name)
     details = {**k.details, "reason": reason, "pattern": pattern}
     if timings:

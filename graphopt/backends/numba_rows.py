@@ -26,7 +26,7 @@ from __future__ import annotations
 import math
 
 from .. import ir, ops
-from ..passes.fusion import EXPENSIVE, normalization_maps
+from ..passes.fusion import EXPENSIVE, identity_map, normalization_maps
 from .numba_codegen import (_T, PARALLEL_MIN, UnsupportedKernel, _decompose, _members, _Source,
                             _urange)
 
@@ -114,7 +114,7 @@ class RowsSource(_Source):
         for p in range(passes):
             for r in (r for r in reds if stage[r] == p + 1):
                 (u,) = ir.operands(sub, r)
-                v, vdt, _ = self.value(u, self._row(), p)
+                v, vdt, _ = self.value(u, identity_map(self.space), p)
                 acc_dt, init, comb, fin, v_acc = self.reduction(r, v, vdt)
                 k = len(self.red_var)
                 acc, self.red_var[r] = f"acc{k}", f"r{k}"
@@ -143,9 +143,6 @@ class RowsSource(_Source):
             else:
                 body += store
         return self._rows_loop(body)
-
-    def _row(self) -> tuple:
-        return tuple(None if e == 1 else d for d, e in enumerate(self.space))
 
     def _pass(self, p, innermost) -> list[str]:
         """Pass ``p`` over a row: the reduced loops, ``innermost`` at the deepest; in blocks

@@ -88,8 +88,6 @@ def tiled_kernel(G: nx.MultiDiGraph, n: int, kernel_of) -> Kernel:
                          f"{sum(math.prod(s) * np.dtype(dt).itemsize for _, s, dt in scratch)}"
                          " B per block stay in cache",
                "blocks": len(blocks), "block": block,
-               "steps": [{"kernel": k.name, "impl": k.impl, **{key: v for key, v in
-                                                                k.details.items()
-                                                                if key == "reason"}}
-                         for _, k, _ in steps]}
+               "steps": [{"kernel": k.name, "impl": k.impl,
+                          "reason": k.details.get("reason", "")} for _, k, _ in steps]}
     return Kernel(f"tiled_{n}", fn, source, impl, node=n, details=details)
