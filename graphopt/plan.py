@@ -159,7 +159,20 @@ class _Arena:
         self.outs = outs
 
 
-class Plan:
+class StepsIntrospection:
+    """``kernels`` and ``input_names`` of a plan with ``steps`` and ``graph`` (shared by the
+    host plans and ``DaskPlan``)."""
+
+    @property
+    def kernels(self) -> list[Kernel]:
+        return [s.kernel for s in self.steps]
+
+    @property
+    def input_names(self) -> list[str]:
+        return [self.graph.nodes[i]["name"] for i in self.graph.graph["inputs"]]
+
+
+class Plan(StepsIntrospection):
     """A compiled graph. Call it like the function the graph describes.
 
     Attributes:
@@ -204,15 +217,6 @@ class Plan:
         self._lock = threading.Lock()
         self.max_cached_arenas = 4
         self.arena_stats = {"created": 0, "reused": 0, "live": 0, "max_live": 0}
-
-    # -- introspection ----------------------------------------------------------------------
-    @property
-    def kernels(self) -> list[Kernel]:
-        return [s.kernel for s in self.steps]
-
-    @property
-    def input_names(self) -> list[str]:
-        return [self.graph.nodes[i]["name"] for i in self.graph.graph["inputs"]]
 
     def __repr__(self) -> str:
         return (f"Plan({self.graph.graph.get('name')!r}, backend={self.backend.name!r}, "

@@ -36,7 +36,7 @@ import numpy as np
 from .. import cost, ir
 from ..errors import GraphError
 from ..memory import naive_memory_plan
-from ..plan import Kernel, Step, bind_inputs, restructure
+from ..plan import Kernel, StepsIntrospection, Step, bind_inputs, restructure
 from .base import Backend, register_backend
 
 PROGRESS_MIN_TASKS = 5000
@@ -165,7 +165,7 @@ def _normalize(chunks, shape, dtype, chunk_bytes):
 # ------------------------------------------------------------------------------------ plan
 
 
-class DaskPlan:
+class DaskPlan(StepsIntrospection):
     """A compiled graph that runs as a dask graph. Same public attributes as ``Plan``.
 
     Attributes:
@@ -214,15 +214,6 @@ class DaskPlan:
                    backend=backend, report=report, options=ctx.options, order=order)
         plan._dry_run()
         return plan
-
-    # -- introspection ----------------------------------------------------------------------
-    @property
-    def kernels(self) -> list[Kernel]:
-        return [s.kernel for s in self.steps]
-
-    @property
-    def input_names(self) -> list[str]:
-        return [self.graph.nodes[i]["name"] for i in self.graph.graph["inputs"]]
 
     def __repr__(self) -> str:
         return (f"DaskPlan({self.graph.graph.get('name')!r}, {len(self.steps)} steps, "
