@@ -176,11 +176,28 @@ def cmd_report(args) -> int:
     return 0
 
 
+def _positive_int(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {v}")
+    return v
+
+
+class _Parser(argparse.ArgumentParser):
+    """Usage errors: one line on stderr, exit status 2."""
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="graphopt", description="Compile einsum computation graphs "
+    p = _Parser(prog="graphopt", description="Compile einsum computation graphs "
                                 "into fast, memory-planned plans.")
     sub = p.add_subparsers(dest="command", required=True)
-    common = argparse.ArgumentParser(add_help=False)
+    common = _Parser(add_help=False)
     common.add_argument("--backend", default="auto",
                         help="auto (numba if installed), numba, cupy, dask or numpy")
     common.add_argument("--opt-level", type=int, default=2, choices=(0, 1, 2, 3))
@@ -188,7 +205,7 @@ def _parser() -> argparse.ArgumentParser:
                        "tensor network; check them against NumPy; print reports")
     d.add_argument("--trace", default="graphopt-demo-trace.json",
                    help="Chrome trace output path ('' for none)")
-    d.add_argument("--repeat", type=int, default=5, help="profiled runs per workload")
+    d.add_argument("--repeat", type=_positive_int, default=5, help="profiled runs per workload")
     d.add_argument("--seed", type=int, default=0)
     d.set_defaults(fn=cmd_demo)
     r = sub.add_parser("report", parents=[common], help="compile a graph saved with go.save "

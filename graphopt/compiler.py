@@ -7,18 +7,21 @@ the same graph again (or the same function traced again) returns the plan alread
 from __future__ import annotations
 
 import math
+import numbers
 import threading
 import time
 import warnings
 from collections import OrderedDict
 
 import networkx as nx
+import numpy as np
 
 from . import ir
 from .backends import BACKENDS, get_backend
 from .errors import GraphError
 from .graph import Graph
-from .passes.manager import PassContext, PassManager, env_disabled, pipeline_for
+from .passes.manager import (PASS_OPTIONS, PassContext, PassManager, check_pass_names,
+                             env_disabled, pipeline_for)
 from .report import OptimizationReport
 
 _CACHE: "OrderedDict[tuple, object]" = OrderedDict()
@@ -59,13 +62,32 @@ def _as_ir(graph) -> nx.MultiDiGraph:
 
 
 def _check_memory_limit(memory_limit):
+    """A whole, positive number of bytes (any integer type, or a float with an integer
+    value such as ``2e9``); anything else is an error, never silently rounded."""
     if memory_limit is None:
         return None
-    if isinstance(memory_limit, bool) or not isinstance(memory_limit, (int, float)) or \
-            not math.isfinite(memory_limit) or memory_limit <= 0:
-        raise GraphError(f"memory_limit must be a positive, finite number of bytes, got "
+    ok = isinstance(memory_limit, (numbers.Integral, numbers.Real)) and \
+        not isinstance(memory_limit, (bool, np.bool_))
+    if ok and not isinstance(memory_limit, numbers.Integral):
+        ok = math.isfinite(memory_limit) and float(memory_limit).is_integer()
+    if not ok or memory_limit < 1:
+        raise GraphError(f"memory_limit must be a positive whole number of bytes, got "
                          f"{memory_limit!r}")
     return int(memory_limit)
+
+
+def _check_options(options: dict, pass_list, disable) -> None:
+    """Unknown compile options and pass names are errors that list the valid ones."""
+    known = set(PASS_OPTIONS).union(*(b.compile_options for b in BACKENDS.values()))
+    unknown = sorted(set(options) - known)
+    if unknown:
+        raise GraphError(f"compile: unknown option(s) {unknown}; valid options: "
+                         f"backend, opt_level, memory_limit, optimize, passes, disable, cache, "
+                         f"debug, {', '.join(sorted(known))}")
+    check_pass_names([p for p in pass_list if isinstance(p, str)], "passes")
+    given = {getattr(p, "pass_name", getattr(p, "__name__", None)) for p in pass_list}
+    check_pass_names(set(disable) - given, "disable")
+    check_pass_names(env_disabled(), "GRAPHOPT_DISABLE")
 
 
 # Marks a compile option that cannot be part of the cache key (None is a valid option value).
@@ -115,6 +137,7 @@ def compile(graph, backend: str = "auto", opt_level: int = 2, memory_limit=None,
     if isinstance(disable, str):
         disable = {disable}
     pass_list = list(passes) if passes is not None else pipeline_for(opt_level)
+    _check_options(options, pass_list, disable)
     key = (ir.structural_hash(G), backend_name, opt_level, memory_limit, _option_key(optimize),
            _option_key([p if isinstance(p, str) else _UNCACHEABLE for p in pass_list]),
            _option_key(set(disable) | env_disabled()), _option_key(options), debug)

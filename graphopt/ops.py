@@ -35,8 +35,9 @@ def canonical_dtype(dtype) -> str:
     """The IR's name for ``dtype`` (a str, numpy dtype or scalar type)."""
     try:
         name = np.dtype(dtype).name
-    except TypeError:
-        raise DTypeError(f"unknown dtype {dtype!r}; supported: {', '.join(DTYPES)}") from None
+    except Exception as e:  # NumPy's parser raises TypeError, ValueError, SyntaxError, ...
+        raise DTypeError(f"unknown dtype {dtype!r} ({type(e).__name__}: {e}); supported: "
+                         f"{', '.join(DTYPES)}") from None
     if name not in DTYPES:
         raise DTypeError(f"unsupported dtype {name!r}; supported: {', '.join(DTYPES)}")
     return name

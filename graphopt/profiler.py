@@ -8,6 +8,8 @@ device events, so on either each event spans one step's own execution.
 
 from __future__ import annotations
 
+import numbers
+
 import json
 import statistics
 import threading
@@ -15,6 +17,8 @@ import time
 from dataclasses import asdict, dataclass
 
 import numpy as np
+
+from .errors import GraphError
 
 OVERHEAD_NS = 20_000  # below this a step's time is launch/dispatch cost, not work
 OVERHEAD_FACTOR = 10.0  # this far above its roofline time, a step is bound by neither roof
@@ -310,10 +314,12 @@ def profile_plan(plan, arrays: list, repeat: int = 10, warmup: int = 1) -> Profi
         A ``Profile`` with ``repeat * len(plan.steps)`` events.
 
     Raises:
-        ValueError: ``repeat < 1`` or ``warmup < 0``.
+        GraphError: ``repeat < 1`` or ``warmup < 0`` (or not integers).
     """
-    if repeat < 1 or warmup < 0:
-        raise ValueError(f"profile needs repeat >= 1 and warmup >= 0, got {repeat}, {warmup}")
+    if not (isinstance(repeat, numbers.Integral) and isinstance(warmup, numbers.Integral)) \
+            or repeat < 1 or warmup < 0:
+        raise GraphError(f"profile needs integers repeat >= 1 and warmup >= 0, got "
+                         f"repeat={repeat!r}, warmup={warmup!r}")
     backend = plan.backend
     for _ in range(warmup):
         _run_once(plan, arrays, _NoClock())

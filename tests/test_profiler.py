@@ -92,9 +92,9 @@ def test_timestamps_come_from_the_backends_step_clock(plan, inputs, monkeypatch)
 
 
 def test_repeat_must_be_positive(plan, inputs):
-    with pytest.raises(ValueError, match="repeat"):
+    with pytest.raises(go.GraphError, match="repeat"):
         plan.profile(**inputs, repeat=0)
-    with pytest.raises(ValueError, match="warmup"):
+    with pytest.raises(go.GraphError, match="warmup"):
         profile_plan(plan, plan.bind((), inputs), repeat=1, warmup=-1)
 
 

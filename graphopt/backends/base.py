@@ -20,6 +20,9 @@ class Backend:
 
     name = "base"
     install_hint = ""
+    # Names of the ``compile(..., **options)`` this backend reads (``compile`` rejects a name
+    # no backend and no pass reads, so a misspelling is an error, not a silent default).
+    compile_options: frozenset = frozenset()
     oom_errors: tuple = (MemoryError,)
 
     def __init__(self, **options):

@@ -80,6 +80,7 @@ def cutensor_available() -> bool:
 @register_backend
 class CupyBackend(Backend):
     name = "cupy"
+    compile_options = frozenset({"cuda_graph", "to_host"})
     install_hint = ("needs an NVIDIA GPU and cupy: pip install cupy-cuda12x (CUDA 12) or "
                     "cupy-cuda13x (CUDA 13)")
 

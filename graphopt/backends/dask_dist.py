@@ -48,6 +48,8 @@ _clients: dict = {}
 @register_backend
 class DaskBackend(Backend):
     name = "dask"
+    compile_options = frozenset({"fast_math", "block_kernel", "split_every", "numba_min_elements",
+                                 "chunk_bytes", "chunks", "client", "progress"})
     install_hint = "pip install 'graphopt[dist]'  (dask[distributed])"
 
     @classmethod
@@ -157,9 +159,14 @@ def _normalize(chunks, shape, dtype, chunk_bytes):
     from dask.array.core import normalize_chunks
 
     try:
-        return normalize_chunks(chunks, shape, limit=chunk_bytes, dtype=np.dtype(dtype))
-    except (ValueError, TypeError) as e:
-        raise GraphError(f"chunks {chunks!r} do not fit shape {tuple(shape)}: {e}") from None
+        out = normalize_chunks(chunks, shape, limit=chunk_bytes, dtype=np.dtype(dtype))
+    except (ValueError, TypeError, ZeroDivisionError) as e:
+        raise GraphError(f"chunks {chunks!r} do not fit shape {tuple(shape)}: "
+                         f"{type(e).__name__}: {e}") from None
+    if any(c == 0 for dim, cs in zip(shape, out) if dim for c in cs):
+        raise GraphError(f"chunks {chunks!r} do not fit shape {tuple(shape)}: a chunk of a "
+                         "non-empty dim has size 0")
+    return out
 
 
 # ------------------------------------------------------------------------------------ plan

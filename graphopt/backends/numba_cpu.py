@@ -50,6 +50,7 @@ MEASURE_MIN_ELEMENTS = 1 << 18   # groups at least this large are timed both way
 @register_backend
 class NumbaBackend(Backend):
     name = "numba"
+    compile_options = frozenset({"fast_math"})
     install_hint = "pip install numba  (or compile(..., backend='numpy'), the reference)"
 
     @classmethod

@@ -58,20 +58,32 @@ class PassContext:
 
 
 PASSES: dict[str, Callable] = {}
+# Compile options some pass reads from ``ctx.options`` (declared with ``register_pass``).
+PASS_OPTIONS: set[str] = set()
 
 
-def register_pass(name: str | None = None, *, replace: bool = False):
+def register_pass(name: str | None = None, *, replace: bool = False, options=()):
     """Decorator registering a pass under ``name`` (default: the function's name).
 
-    A duplicate name raises unless ``replace=True``."""
+    ``options``: the ``compile(..., **options)`` names the pass reads. A duplicate name
+    raises unless ``replace=True``."""
     def deco(fn):
         key = name or fn.__name__
         if key in PASSES and not replace:
             raise ValueError(f"pass {key!r} is already registered")
         PASSES[key] = fn
+        PASS_OPTIONS.update(options)
         fn.pass_name = key
         return fn
     return deco
+
+
+def check_pass_names(names, what: str) -> None:
+    """Raise ``GraphError`` listing the registered passes if a name in ``names`` is not one."""
+    unknown = sorted(set(names) - set(PASSES))
+    if unknown:
+        raise GraphError(f"{what}: unknown pass name(s) {unknown}; registered passes: "
+                         f"{', '.join(sorted(PASSES))}")
 
 
 def get_pass(name: str) -> Callable:

@@ -347,7 +347,7 @@ def _simplify_node(r: _Run, n: int) -> bool:
     return changed
 
 
-@register_pass("simplify")
+@register_pass("simplify", options=("fold_limit_bytes",))
 def simplify(G: nx.MultiDiGraph, ctx) -> PassResult:
     """Apply the rules above to a fixed point; ``G`` is not modified.
 
