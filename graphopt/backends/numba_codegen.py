@@ -247,7 +247,9 @@ def _reduction_rule(op, in_dt, out_dt, const):
         acc = {"float32": "float64", "complex64": "complex128"}.get(out_dt, out_dt)
         if op == "mean" and np.dtype(acc).kind in "biu":
             acc = "float64"
-        return acc, const(0, acc), "{a} + {v}", "{a}"
+        # floats: an add LLVM may re-associate (lanes of partial sums), and only that add
+        add = "sum_add({a}, {v})" if np.dtype(acc).kind == "f" else "{a} + {v}"
+        return acc, const(0, acc), add, "{a}"
     kind = np.dtype(in_dt).kind
     big = op == "max"
     if kind == "b":
@@ -686,9 +688,6 @@ class _Source:
         types[out_t] = f"nt.Array(nt.{_NB[rd['dtype']]}, {len(out_cshape)}, 'C')"
         sig = [f"IN_{sub.nodes[self.inputs[p]]['dtype']}_{max(len(shp), 1)}d"
                for _, p, shp in self.arg_specs] + [out_t]
-        flags = ["reassoc", "contract"] if self.reduces else ["contract"]
-        # sorted: a set's repr changes with the hash seed, and the source is the cache key
-        fm = f", fastmath={{{', '.join(map(repr, sorted(flags)))}}}" if self.fast_math else ""
         ops_ = [sub.nodes[n]["op"] for n in ir.topo_order(sub)
                 if sub.nodes[n]["op"] not in ("input", "const")]
         head = [f"# graphopt kernel {struct_key[:12]} (codegen v{CODEGEN_VERSION}), "
@@ -703,7 +702,7 @@ class _Source:
                 "from graphopt.einsum import evaluate as einsum_evaluate  # noqa: F401"]
         if self.parallel:
             head.append("from graphopt.backends.numba_codegen import launch")
-        used = [f for f in ("fmaximum", "fminimum") if any(f"{f}(" in b for b in body)]
+        used = [f for f in ("fmaximum", "fminimum", "sum_add") if any(f"{f}(" in b for b in body)]
         if used:
             head.append(f"from graphopt.backends.numba_math import {', '.join(used)}")
         if self.fast_used:
@@ -712,7 +711,7 @@ class _Source:
         head += [f"{name} = {text}" for name, text in self.globals.items()]
         head += [f"{name} = {text}" for name, text in types.items()]
         head += ["", "", f"@numba.njit(nt.void({', '.join(sig)}), "
-                 f"parallel={self.parallel}, cache=True, error_model=\"numpy\"{fm})",
+                 f"parallel={self.parallel}, cache=True, error_model=\"numpy\")",
                  f"def kernel({', '.join(params)}):"]
         return "\n".join(head + body + [""] + self.wrapper(out_cshape)) + "\n"
 

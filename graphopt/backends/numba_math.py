@@ -134,6 +134,24 @@ def _binary_intrinsic(llvm_name: str, doc: str):
 # NaN-propagating max/min (IEEE 754-2019 maximum/minimum: -0 < +0). Unlike a compare and
 # select they are associative without fast-math flags, so LLVM vectorizes a max/min
 # reduction written with them: a row max of 4M float32 takes 0.54 ms instead of 4.5 ms.
+@intrinsic
+def sum_add(typingctx, a, b):
+    """``a + b`` for a running sum: one IEEE ``fadd`` carrying only the ``reassoc`` flag.
+
+    The loop vectorizer then keeps several partial sums (lanes) and adds them at the end:
+    the summands are added in another order, as NumPy's pairwise sum does, and nothing else
+    changes (no FMA contraction, no NaN/inf assumptions, and every other operation of the
+    kernel stays plain IEEE). A kernel-wide ``fastmath={"reassoc"}`` would let LLVM
+    re-associate the prologue too (``sum(x * c)`` into ``c * sum(x)``, which can overflow)."""
+    if a not in (types.float32, types.float64) or a != b:
+        return None
+
+    def codegen(context, builder, sig, args):
+        return builder.fadd(args[0], args[1], flags=("reassoc",))
+
+    return a(a, a), codegen
+
+
 fmaximum = _binary_intrinsic("maximum", "NaN-propagating max of two floats (llvm.maximum).")
 fminimum = _binary_intrinsic("minimum", "NaN-propagating min of two floats (llvm.minimum).")
 

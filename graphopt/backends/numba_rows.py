@@ -18,6 +18,9 @@ again is kept in a row-sized scratch buffer instead of being recomputed, e.g. so
         r1 = acc1
         for i1 in range(256): out[t, i1] = s0[i1] / r1         # last pass
 
+Sums accumulate float32 rows in float64 (never overflowing where the exact sum is finite)
+with ``numba_math.sum_add``, the one add LLVM may re-associate into vector lanes.
+
 Shares ``numba_codegen._Source``'s expressions, casts, constants and module layout.
 """
 
@@ -27,11 +30,9 @@ import math
 
 from .. import ir, ops
 from ..passes.fusion import EXPENSIVE, identity_map, normalization_maps
-from .numba_codegen import (_T, PARALLEL_MIN, UnsupportedKernel, _decompose, _members, _Source,
-                            _urange)
+from .numba_codegen import _T, PARALLEL_MIN, UnsupportedKernel, _decompose, _members, _Source
 
 ROW_TASKS = 256   # parallel tasks (blocks of rows), each with its own scratch rows
-SUM_BLOCK = 1024  # row elements summed in float32 before joining a float64 total
 
 
 class RowsSource(_Source):
@@ -109,7 +110,6 @@ class RowsSource(_Source):
         reds = [n for n in ir.topo_order(sub) if ops.OPS[sub.nodes[n]["op"]].kind
                 == ops.REDUCTION]
         passes = max(stage[r] for r in reds)
-        self.partials = {p: ([], []) for p in range(passes)}   # per block: inits, folds
         inits, combines, finals = {}, {}, {}
         for p in range(passes):
             for r in (r for r in reds if stage[r] == p + 1):
@@ -120,16 +120,7 @@ class RowsSource(_Source):
                 acc, self.red_var[r] = f"acc{k}", f"r{k}"
                 inits.setdefault(p, []).append(f"{acc} = {init}")
                 finals.setdefault(p, []).append(f"{self.red_var[r]} = {fin.format(a=acc)}")
-                if acc_dt != vdt and vdt in ("float32", "complex64") and len(self.R) == 1:
-                    # accumulate a block of the row in float32, fold it into the float64
-                    # total: a float64 accumulator keeps LLVM from vectorizing the pass
-                    part = f"part{k}"
-                    self.partials[p][0].append(f"{part} = {self.const(0, vdt)}")
-                    self.partials[p][1].append(
-                        f"{acc} = {comb.format(a=acc, v=self.cast(part, vdt, acc_dt))}")
-                    combines.setdefault(p, []).append(f"{part} = {comb.format(a=part, v=v)}")
-                else:
-                    combines.setdefault(p, []).append(f"{acc} = {comb.format(a=acc, v=v_acc)}")
+                combines.setdefault(p, []).append(f"{acc} = {comb.format(a=acc, v=v_acc)}")
         root = self.value(self.root, self.out_map, passes)[0]
         store = [f"out[{self.out_index()}] = {root}"]
         full = any(self.level[c] for c in self.out_cmap)
@@ -145,18 +136,8 @@ class RowsSource(_Source):
         return self._rows_loop(body)
 
     def _pass(self, p, innermost) -> list[str]:
-        """Pass ``p`` over a row: the reduced loops, ``innermost`` at the deepest; in blocks
-        of ``SUM_BLOCK`` where partial sums are folded per block."""
-        block_inits, folds = self.partials.get(p, ((), ()))
+        """Pass ``p`` over a row: the reduced loops, ``innermost`` at the deepest."""
         lines, indent = [], 0
-        if folds:
-            (c,) = self.R
-            e = self.cext[c]
-            lines += [f"for jb in range(0, {e}, {SUM_BLOCK}):"] + \
-                     ["    " + s for s in block_inits] + \
-                     [f"    for i{c} in {_urange('jb', f'min(jb + {SUM_BLOCK}, {e})')}:"]
-            lines += ["        " + s for s in self.bufs.get(("pass", p, 1), []) + innermost]
-            return lines + ["    " + s for s in folds]
         for i, c in enumerate(self.R):
             lines.append(" " * indent + f"for i{c} in range({self.cext[c]}):")
             indent += 4
