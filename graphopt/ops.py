@@ -113,9 +113,29 @@ def broadcast_shapes(*shapes) -> tuple[int, ...]:
 # ------------------------------------------------------------------------------ elementwise
 
 
+def _real_work(x):
+    """``(x in float64, the result dtype)`` for sigmoid/gelu of a real ``x``: they compute
+    in float64 and round once at the end (float32 and float16 keep their type, integers and
+    bools give float64, as ``0.5 * x`` would)."""
+    out = x.dtype if x.dtype.kind == "f" else np.dtype(np.float64)
+    return x.astype(np.longdouble if x.dtype == np.longdouble else np.float64), out
+
+
+def _logistic(w, x):
+    """``x * sigmoid(w)`` as ``x * e**min(w, 0) / (1 + e**-|w|)``: no overflow for large
+    ``|w|`` and no cancellation in the negative tail (the ``0.5 * tanh(0.5 w) + 0.5`` form
+    rounds sigmoid(-20) in float32 to 0; exact: 2.06e-9)."""
+    e = np.exp(-np.abs(w))
+    return x * (np.where(w >= 0, 1.0, e) / (1.0 + e))
+
+
 def _sigmoid(x):
-    # tanh form: no overflow for large |x|, unlike 1/(1+exp(-x)).
-    return 0.5 * np.tanh(0.5 * x) + 0.5
+    """1 / (1 + e**-x), accurate in both tails."""
+    x = np.asarray(x)
+    if x.dtype.kind == "c":
+        return 1 / (1 + np.exp(-x))
+    xd, out = _real_work(x)
+    return np.asarray(_logistic(xd, 1.0)).astype(out)
 
 
 def _relu(x):
@@ -123,11 +143,22 @@ def _relu(x):
 
 
 _GELU_C = math.sqrt(2.0 / math.pi)
+GELU_2C = 2.0 * _GELU_C   # w = 2u: gelu(x) = x * sigmoid(w)
+GELU_K = 0.044715
 
 
 def _gelu(x):
-    """GELU, tanh approximation (as JAX's default and PyTorch's ``approximate='tanh'``)."""
-    return 0.5 * x * (1.0 + np.tanh(_GELU_C * (x + 0.044715 * (x * x * x))))
+    """GELU, tanh approximation (as JAX's default and PyTorch's ``approximate='tanh'``):
+    ``0.5 x (1 + tanh(u))`` with ``u = sqrt(2/pi) (x + 0.044715 x**3)``, computed as the
+    equal ``x * sigmoid(2u)``, which keeps the negative tail (``1 + tanh(u)`` cancels).
+    ``x**3`` is taken in ``x``'s own type (integers wrap, as NumPy's ``x * x * x``)."""
+    x = np.asarray(x)
+    if x.dtype.kind == "c":
+        return 0.5 * x * (1.0 + np.tanh(_GELU_C * (x + GELU_K * (x * x * x))))
+    cube = x * x * x
+    xd, out = _real_work(x)
+    w = GELU_2C * (xd + GELU_K * cube.astype(xd.dtype))
+    return np.asarray(_logistic(w, xd)).astype(out)
 
 
 UNARY_FUNCS: dict[str, Callable] = {

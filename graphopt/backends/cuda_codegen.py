@@ -46,6 +46,13 @@ HELPERS = {  # emitted into a stage's preamble when its code calls them
            "{ return (a >= b || a != a) ? a : b; }  // NaN-propagating, as np.maximum",
     "go_min": "template <typename T> __device__ inline T go_min(T a, T b) "
            "{ return (a <= b || a != a) ? a : b; }  // NaN-propagating, as np.minimum",
+    # sigmoid and gelu as ops.py defines them: real ones in double, in the stable form
+    # x * e**min(w, 0) / (1 + e**-|w|) (no cancellation in the negative tail)
+    "go_sigmoid": "__device__ inline double go_sigmoid(double x) {\n"
+                  "  double e = exp(-fabs(x)); return (x >= 0 ? 1.0 : e) / (1.0 + e); }",
+    "go_gelu": "__device__ inline double go_gelu(double x, double cube) {\n"
+               f"  double w = {2.0 * math.sqrt(2.0 / math.pi)!r} * (x + 0.044715 * cube);\n"
+               "  double e = exp(-fabs(w)); return x * ((w >= 0 ? 1.0 : e) / (1.0 + e)); }",
     "go_ipow": "template <typename T> __device__ inline T go_ipow(T a, T b) {\n"
                "  T r = 1; if (b < 0) return a == 1 ? 1 : (a == -1 ? ((b & 1) ? -1 : 1) : 0);\n"
                "  while (b) { if (b & 1) r *= a; a *= a; b >>= 1; } return r; }",
@@ -232,15 +239,19 @@ def op_expr(op: str, args: list[str], loop: list[str], out: str) -> str:
     if op in ("exp", "log", "sqrt", "tanh", "sin", "cos"):
         return f"{op}({a})"
     if op == "sigmoid":
-        return f"({lit(0.5)} * tanh({lit(0.5)} * {a}) + {lit(0.5)})"
+        if k == "c":
+            return f"({lit(1)} / ({lit(1)} + exp(-{a})))"
+        return cast("go_sigmoid((double)" + a + ")", "float64", out)
     if op == "relu":
         if k == "c":
             raise Unsupported("relu of complex (NumPy's lexicographic maximum)")
         return f"go_max({a}, {lit(0)})"
     if op == "gelu":
-        c = math.sqrt(2.0 / math.pi)
-        return (f"({lit(0.5)} * {a} * ({lit(1.0)} + tanh({lit(c)} * ({a} + {lit(0.044715)} * "
-                f"({a} * {a} * {a})))))")
+        if k == "c":
+            c = math.sqrt(2.0 / math.pi)
+            return (f"({lit(0.5)} * {a} * ({lit(1.0)} + tanh({lit(c)} * ({a} + "
+                    f"{lit(0.044715)} * ({a} * {a} * {a})))))")
+        return cast(f"go_gelu((double){a}, (double)({a} * {a} * {a}))", "float64", out)
     if op == "square":
         return f"({a} * {a})"
     if op == "reciprocal":

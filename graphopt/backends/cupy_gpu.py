@@ -77,6 +77,11 @@ def cutensor_available() -> bool:
     return True
 
 
+# NVRTC contracts a*b + c into an FMA unless told not to; plain IEEE keeps x*x - y*y == 0
+# for x == y (fast math never changes what exact arithmetic gives: README "Fast math").
+NVRTC_OPTIONS = ("--fmad=false",)
+
+
 @register_backend
 class CupyBackend(Backend):
     name = "cupy"
@@ -203,11 +208,12 @@ class CupyBackend(Backend):
         if k is None:
             if s.kind == "elementwise":
                 k = cupy.ElementwiseKernel(s.in_params, s.out_params, s.operation, s.name,
-                                           preamble=s.preamble)
+                                           preamble=s.preamble, options=NVRTC_OPTIONS)
             else:
                 k = cupy.ReductionKernel(s.in_params, s.out_params, s.map_expr, s.reduce_expr,
                                          s.post_map_expr, s.identity, s.name,
-                                         reduce_type=s.reduce_type, preamble=s.preamble)
+                                         reduce_type=s.reduce_type, preamble=s.preamble,
+                                         options=NVRTC_OPTIONS)
             with self._lock:
                 self._kernels[key] = k
         if s.kind == "elementwise":

@@ -55,7 +55,7 @@ from typing import Callable
 import networkx as nx
 import numpy as np
 
-from .. import ir
+from .. import ir, ops
 from ..einsum import to_ascii
 from ..passes.fusion import build_subgraph, classify, group_maps, is_pointwise, reduction_maps
 
@@ -483,10 +483,12 @@ class _Source:
             nan = f" or {a[0]} != {a[0]}" if np.dtype(dts[0]).kind == "f" else ""
             return f"({a[0]} if {a[0]} > {z}{nan} else {z})"
         if op == "sigmoid":
-            x = self.cast(a[0], dts[0], out)
-            h = self.const(0.5, out)
-            return self.fast_call("sigmoid", out, x) or \
-                f"{h} * {self.math('tanh', f'{h} * {x}', out)} + {h}"
+            if np.dtype(out).kind == "c":
+                one = self.const(1, out)
+                return f"{one} / ({one} + {self.math('exp', f'-{a[0]}', out)})"
+            fast = self.fast_call("sigmoid", out, self.cast(a[0], dts[0], out))
+            return fast or self.logistic(self.var(key, self.cast(a[0], dts[0], "float64")),
+                                         self.const(1.0, "float64"), out, key)
         if op == "gelu":
             return self.gelu(a[0], dts[0], out, key)
         raise UnsupportedKernel(f"no numba expression for op {op!r}")
@@ -527,20 +529,30 @@ class _Source:
                 f"{x} ** {y}"
         return f"{x} {_INFIX[op]} {y}"
 
+    def logistic(self, w, x, out, key) -> str:
+        """``x * sigmoid(w)`` of float64 values, as ``ops._logistic``, cast to ``out``."""
+        e = self.var(key, f"np.exp(-abs({w}))")
+        one = self.const(1.0, "float64")
+        return self.cast(f"({x} * (({one} if {w} >= 0 else {e}) / ({one} + {e})))",
+                         "float64", out)
+
     def gelu(self, x, src, out, key) -> str:
+        """GELU as ``ops._gelu``: ``x * sigmoid(w)``, ``w = 2 sqrt(2/pi) (x + k x**3)`` in
+        float64 with ``x**3`` in ``x``'s own type; numba_math's form when fast."""
+        if np.dtype(out).kind == "c":
+            h, one = self.const(0.5, out), self.const(1.0, out)
+            c, k = self.const(_GELU_C, out), self.const(ops.GELU_K, out)
+            t = self.math("tanh", f"{c} * ({x} + {k} * ({x} * {x} * {x}))", out)
+            return f"{h} * {x} * ({one} + {t})"
         if src == out:
             fast = self.fast_call("gelu", out, x)
             if fast:
                 return fast
-            cube, xf = f"{x} * {x} * {x}", x
-        else:
-            # NumPy computes x*x*x in the operand's integer type, the rest in float64
-            cube = x if src == "bool" else f"{_T[src]}({_T[src]}({x} * {x}) * {x})"
-            cube, xf = self.cast(cube, src, out), self.var(key, self.cast(x, src, out))
-        h, one = self.const(0.5, out), self.const(1.0, out)
-        c, k = self.const(_GELU_C, out), self.const(0.044715, out)
-        t = self.math("tanh", f"{c} * ({xf} + {k} * ({cube}))", out)
-        return f"{h} * {xf} * ({one} + {t})"
+        cube = x if src == "bool" else f"{_T[src]}({_T[src]}({x} * {x}) * {x})"
+        xd = self.var(key, self.cast(x, src, "float64"))
+        c2, k = self.const(ops.GELU_2C, "float64"), self.const(ops.GELU_K, "float64")
+        w = self.var(key, f"{c2} * ({xd} + {k} * {self.cast(cube, src, 'float64')})")
+        return self.logistic(w, xd, out, key)
 
     # -- the kernel -------------------------------------------------------------------------
     def kernel_body(self) -> list[str]:
@@ -969,8 +981,8 @@ class _BlockedSource(_Source):
         if d["op"] in ("broadcast_to", "transpose"):
             return vals[0]
         dims = frozenset().union(*[v[2] for v in vals])
-        if d["op"] in ("real", "imag"):
-            return f"np.{d['op']}({vals[0][0]})", dt, vals[0][2]
+        if d["op"] == "real" and np.dtype(vals[0][1]).kind != "c":
+            return vals[0]
         tid = len(self.steps)
         self.steps.append((tid, dt, dims, self.np_writer(d["op"], [v[1] for v in vals], dt),
                            [v[0] for v in vals]))
@@ -992,24 +1004,12 @@ class _BlockedSource(_Source):
             return lambda o, a: [f"np.copyto({o}, {a[0]}{'.real' if real else ''}, "
                                  "casting='unsafe')"]
         if op == "where":
-            return lambda o, a: [f"np.copyto({o}, {a[2]}, casting='unsafe')",
-                                 f"np.copyto({o}, {a[1]}, casting='unsafe', where={a[0]})"]
-        if op == "sigmoid" and dts[0] == out and np.dtype(out).kind == "f":
-            h = self.const(0.5, out)
-            return lambda o, a: [f"np.multiply({a[0]}, {h}, out={o})", f"np.tanh({o}, out={o})",
-                                 f"np.multiply({o}, {h}, out={o})", f"np.add({o}, {h}, out={o})"]
-        if op == "gelu" and dts[0] == out and np.dtype(out).kind == "f":
-            h, one = self.const(0.5, out), self.const(1.0, out)
-            c, k = self.const(_GELU_C, out), self.const(0.044715, out)
-            return lambda o, a: [f"np.multiply({a[0]}, {a[0]}, out={o})",
-                                 f"np.multiply({o}, {a[0]}, out={o})",
-                                 f"np.multiply({o}, {k}, out={o})",
-                                 f"np.add({o}, {a[0]}, out={o})",
-                                 f"np.multiply({o}, {c}, out={o})", f"np.tanh({o}, out={o})",
-                                 f"np.add({o}, {one}, out={o})",
-                                 f"np.multiply({o}, {a[0]}, out={o})",
-                                 f"np.multiply({o}, {h}, out={o})"]
-        if op in ("sigmoid", "gelu"):
+            # one call: ``o`` may be the memory of an operand (in place, or the einsum's
+            # result in an epilogue), so nothing is written before every operand is read
+            return lambda o, a: [f"np.copyto({o}, np.where({a[0]}, {a[1]}, {a[2]}), "
+                                 "casting='unsafe')"]
+        if op in ("sigmoid", "gelu", "real", "imag"):
+            # the reference itself, per block (it returns a new array: no aliasing either)
             return lambda o, a: [f"np.copyto({o}, _ops.UNARY_FUNCS[{op!r}]({a[0]}), "
                                  "casting='unsafe')"]
         raise UnsupportedKernel(f"no NumPy-blocked form for op {op!r}")
