@@ -154,11 +154,13 @@ def test_compile_cache():
 
 def test_compile_option_errors():
     g = mlp()
-    for limit in (-1, 0, float("nan"), float("inf"), True, "1GB", [1]):
-        with pytest.raises(go.GraphError, match="memory_limit must be a positive, finite"):
+    for limit in (-1, 0, float("nan"), float("inf"), True, "1GB", [1], 0.5, 1e9 + 0.5,
+                  np.bool_(True)):
+        with pytest.raises(go.GraphError, match="memory_limit must be a positive whole"):
             go.compile(g, backend="numpy", memory_limit=limit)
-    plan = go.compile(g, backend="numpy", memory_limit=1e9)
-    assert plan is not None
+    for limit in (1e9, 10**9, np.int64(10**9), np.uint32(10**9), np.float64(1e9)):
+        plan = go.compile(g, backend="numpy", memory_limit=limit, cache=False)
+        assert plan is not None
     for level in (4, -1, True, "2", None):
         with pytest.raises(go.GraphError, match="opt_level"):
             go.compile(g, backend="numpy", opt_level=level)
@@ -168,8 +170,26 @@ def test_compile_option_errors():
         go.compile("not a graph")
     with pytest.raises(go.GraphError, match="no outputs"):
         go.compile(go.Graph())
-    with pytest.raises(go.GraphError, match="unknown pass 'nope'"):
+    with pytest.raises(go.GraphError, match="unknown pass"):
         go.compile(g, backend="numpy", passes=["nope"])
+
+
+def test_misspelled_options_and_pass_names_are_errors_that_list_the_valid_ones(monkeypatch):
+    g = mlp()
+    with pytest.raises(go.GraphError, match=r"unknown option\(s\) \['fats_math'\].*fast_math"):
+        go.compile(g, fats_math=False)
+    with pytest.raises(go.GraphError, match=r"disable: unknown pass name\(s\) \['fusoin'\].*fusion"):
+        go.compile(g, disable={"fusoin"})
+    with pytest.raises(go.GraphError, match="disable: unknown pass"):
+        go.compile(g, disable="fusoin")
+    monkeypatch.setenv("GRAPHOPT_DISABLE", "cse,fusoin")
+    with pytest.raises(go.GraphError, match="GRAPHOPT_DISABLE: unknown pass"):
+        go.compile(g, backend="numpy", cache=False)
+    monkeypatch.delenv("GRAPHOPT_DISABLE")
+    # every option some backend or pass reads is accepted on every backend
+    plan = go.compile(g, backend="numpy", fast_math=False, fold_limit_bytes=1 << 10,
+                      disable={"fusion"}, cache=False)
+    assert plan is not None
 
 
 def test_custom_passes_appear_in_the_report():

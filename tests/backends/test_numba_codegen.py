@@ -332,14 +332,15 @@ def test_normalization_groups_one_pass_per_reduction_level(which, dtype):
     assert body.count("for i1 in") == passes and k.details["mode"] == "rows"
 
 
-def test_softmax_keeps_exp_in_a_scratch_row_and_sums_float32_in_blocks():
+def test_softmax_keeps_exp_in_a_scratch_row_and_sums_float32_in_float64():
     g = go.Graph()
     x = g.input("x", (64, 3000), "float32")
     g.output(go.softmax(x, axis=-1))
     H, k = kernel_for(g, fast_math=True)
     body = k.source.split("def kernel(")[1]
     assert body.count("exp_f32(") == 1 and "s0[i1] = " in body and "= s0[i1]" in body
-    assert "part1 = part1 + " in body and "np.float64(part1)" in body
+    # float64 accumulator, through the one add LLVM may re-associate
+    assert "acc1 = sum_add(acc1, np.float64(" in body and "fastmath" not in k.source
     assert k.details["parallel"]
     rng = np.random.default_rng(3)
     xa = (rng.standard_normal((64, 3000)) * 4).astype(np.float32)
