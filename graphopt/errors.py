@@ -54,3 +54,9 @@ class EinsumError(GraphError):
 
 class InputError(GraphError):
     """Wrong, missing or extra inputs to a compiled plan, or malformed serialized graphs."""
+
+
+# What NumPy (and the generated kernels, which follow it) raise for a value that has no
+# result, e.g. an integer to a negative integer power. The interpreter and plans turn them
+# into a GraphError naming the op and the user's source line.
+VALUE_ERRORS = (ValueError, ZeroDivisionError, OverflowError, FloatingPointError)

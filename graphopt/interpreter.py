@@ -13,15 +13,22 @@ import networkx as nx
 import numpy as np
 
 from . import ir, ops
-from .errors import GraphError
+from .errors import VALUE_ERRORS, GraphError
 
 
 def eval_node(G: nx.MultiDiGraph, n: int, args: Sequence[np.ndarray]) -> np.ndarray:
     """The value of node ``n`` given its operand values."""
     d = G.nodes[n]
-    with np.errstate(all="ignore"), warnings.catch_warnings():
-        warnings.simplefilter("ignore", np.exceptions.ComplexWarning)
-        out = np.asarray(ops.OPS[d["op"]].impl(list(args), d["attrs"]))
+    try:
+        with np.errstate(all="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore", np.exceptions.ComplexWarning)
+            out = np.asarray(ops.OPS[d["op"]].impl(list(args), d["attrs"]))
+    except GraphError as e:
+        raise e.located(op=d["op"], src=d.get("src"), node=n) from None
+    except VALUE_ERRORS as e:
+        # NumPy refusing a value (integer ** negative integer): the user's op, named
+        raise GraphError(f"{type(e).__name__}: {e}", op=d["op"], src=d.get("src"),
+                         node=n) from None
     if out.shape != tuple(d["shape"]) or out.dtype.name != d["dtype"]:
         raise GraphError(f"reference produced {out.shape} {out.dtype.name} but the IR records "
                          f"{tuple(d['shape'])} {d['dtype']}", op=d["op"], src=d.get("src"),

@@ -17,7 +17,7 @@ from typing import Any, Callable, Sequence
 import networkx as nx
 import numpy as np
 
-from .errors import InputError
+from .errors import VALUE_ERRORS, GraphError, InputError
 
 ALIGN = 64  # bytes: cache-line (and AVX-512) aligned buffers
 
@@ -162,6 +162,14 @@ def convert_exact(v, dtype: str, name: str, src=None) -> np.ndarray:
         first = a[bad].flat[0] if a.ndim else a[()]
         raise refuse(f"{first!r} does not fit")
     return c
+
+
+def step_error(step: "Step", e: Exception) -> GraphError:
+    """``e``, raised while running ``step``, as a ``GraphError`` naming the step's ops and the
+    user's source lines."""
+    return GraphError(f"{type(e).__name__} in step {step.index} ({step.name}: "
+                      f"{' '.join(step.op_kinds)}): {e}", op=step.op_kinds[-1] if step.op_kinds
+                      else None, src=", ".join(step.srcs) or None, node=step.node)
 
 
 def restructure(struct: dict, values: list):
@@ -342,11 +350,13 @@ class Plan(StepsIntrospection):
             for slot, a in zip(self._input_slots, arrays):
                 vals[slot] = a
             empty = self.backend.empty
-            for i, shape, dtype in self._output_allocs:
-                outs[i] = empty(shape, dtype)
+            for k, shape, dtype in self._output_allocs:
+                outs[k] = empty(shape, dtype)
             for fn, ins, out_slot, i in self._program:
                 vals[out_slot] = fn([vals[j] for j in ins], outs[i])
             results = [vals[s] for s in self._output_slots]
+        except VALUE_ERRORS as e:
+            raise step_error(self.steps[i], e) from e
         finally:
             self._checkin(arena)
         return restructure(self._struct, self.backend.finish(results, self.options))

@@ -80,6 +80,7 @@ _INFIX = {"add": "+", "sub": "-", "mul": "*", "div": "/", "eq": "==", "ne": "!="
           "le": "<=", "gt": ">", "ge": ">="}
 _MATH = ("exp", "log", "sqrt", "tanh", "sin", "cos")
 _GELU_C = math.sqrt(2.0 / math.pi)
+SCALAR_HELPERS = ("cdiv_c64", "cdiv_c128", "cpow_c64", "cpow_c128", "ipow")
 
 
 class UnsupportedKernel(NotImplementedError):
@@ -134,6 +135,17 @@ def _fast_table() -> tuple[dict, str]:
     except OSError:
         digest = "unknown"
     return table, digest
+
+
+def _file_digest(module: str) -> str:
+    """A digest of sibling module ``module``'s source. Kernels inline its functions, and
+    numba's cache does not see a change there: the digest goes into every kernel's header,
+    which is its cache key."""
+    try:
+        with open(os.path.join(os.path.dirname(__file__), module + ".py"), "rb") as f:
+            return hashlib.sha256(f.read()).hexdigest()[:16]
+    except OSError:
+        return "unknown"
 
 
 def _fast_key(table: dict, op: str, dtype: str):
@@ -280,6 +292,7 @@ class _Source:
         self.bufs: dict = {}
         self.memo: dict = {}
         self.nvar = 0
+        self.err_flag = False   # the kernel takes an error flag (see ``module``)
         self.einsum = next((n for n in sub if sub.nodes[n]["op"] == "einsum"), None)
         self._analyze()
 
@@ -509,7 +522,9 @@ class _Source:
         if op == "conj":
             return f"{x}.conjugate()" if kind == "c" else x
         if op == "reciprocal":
-            if kind in "fc":
+            if kind == "c":
+                return self.cdiv(self.const(1, ct), x, ct)
+            if kind == "f":
                 return f"{self.const(1, ct)} / {x}"
             one, m1, z = self.const(1, ct), self.const(-1, ct), self.const(0, ct)
             lo = self.const(np.iinfo(ct).min, ct)
@@ -525,9 +540,20 @@ class _Source:
             nan = f" or {x} != {x}" if kind == "f" else ""
             return f"({x} if {x} {cmp} {y}{nan} else {y})"
         if op == "pow":
+            if kind == "c":
+                return f"cpow_c{np.dtype(ct).itemsize * 8}({x}, {y})"
+            if kind == "i":
+                return f"ipow({x}, {y}, err)"
             return (self.fast_call("pow", ct, f"{x}, {y}") if kind == "f" else None) or \
                 f"{x} ** {y}"
+        if op == "div" and kind == "c":
+            return self.cdiv(x, y, ct)
         return f"{x} {_INFIX[op]} {y}"
+
+    @staticmethod
+    def cdiv(x, y, ct) -> str:
+        """Complex ``x / y`` as NumPy divides (numba raises on a zero divisor)."""
+        return f"cdiv_c{np.dtype(ct).itemsize * 8}({x}, {y})"
 
     def logistic(self, w, x, out, key) -> str:
         """``x * sigmoid(w)`` of float64 values, as ``ops._logistic``, cast to ``out``."""
@@ -570,8 +596,9 @@ class _Source:
         red = self.sub.nodes[r]
         acc_dt, init, comb, final = _reduction_rule(red["op"], vdt, red["dtype"], self.const)
         if red["op"] == "mean":
-            count = math.prod(self.space[a] for a in red["attrs"]["axes"])
-            final = f"{{a}} / {self.const(count, acc_dt)}"
+            count = self.const(math.prod(self.space[a] for a in red["attrs"]["axes"]), acc_dt)
+            final = self.cdiv("{a}", count, acc_dt) if np.dtype(acc_dt).kind == "c" else \
+                f"{{a}} / {count}"
         return acc_dt, init, comb, self.cast(final, acc_dt, red["dtype"]), \
             self.cast(v, vdt, acc_dt)
 
@@ -700,6 +727,12 @@ class _Source:
         types[out_t] = f"nt.Array(nt.{_NB[rd['dtype']]}, {len(out_cshape)}, 'C')"
         sig = [f"IN_{sub.nodes[self.inputs[p]]['dtype']}_{max(len(shp), 1)}d"
                for _, p, shp in self.arg_specs] + [out_t]
+        # a flag the kernel raises where NumPy would raise (integer ** negative integer)
+        self.err_flag = any("ipow(" in b for b in body)
+        if self.err_flag:
+            params.append("err")
+            sig.append("ERR_FLAG")
+            types["ERR_FLAG"] = "nt.Array(nt.uint8, 1, 'C')"
         ops_ = [sub.nodes[n]["op"] for n in ir.topo_order(sub)
                 if sub.nodes[n]["op"] not in ("input", "const")]
         head = [f"# graphopt kernel {struct_key[:12]} (codegen v{CODEGEN_VERSION}), "
@@ -708,15 +741,17 @@ class _Source:
                 f"collapsed to {tuple(self.cext)} ({self.mode} loops, "
                 f"{'parallel' if self.parallel else 'one thread'})",
                 f"# fast math: {'on' if self.fast_math else 'off'}; numba_math "
-                f"{self.fast_digest}",
+                f"{self.fast_digest}; numba_scalar {_file_digest('numba_scalar')}",
                 "import cmath  # noqa: F401", "", "import numba", "import numpy as np",
                 "from numba import prange  # noqa: F401", "from numba import types as nt",
                 "from graphopt.einsum import evaluate as einsum_evaluate  # noqa: F401"]
         if self.parallel:
             head.append("from graphopt.backends.numba_codegen import launch")
-        used = [f for f in ("fmaximum", "fminimum", "sum_add") if any(f"{f}(" in b for b in body)]
-        if used:
-            head.append(f"from graphopt.backends.numba_math import {', '.join(used)}")
+        for module, names in (("numba_math", ("fmaximum", "fminimum", "sum_add")),
+                              ("numba_scalar", SCALAR_HELPERS)):
+            used = [f for f in names if any(f"{f}(" in b for b in body)]
+            if used:
+                head.append(f"from graphopt.backends.{module} import {', '.join(used)}")
         if self.fast_used:
             head.append("from graphopt.backends.numba_math import FAST")
             head += [f"{name} = FAST[{key!r}]" for name, key in sorted(self.fast_used.items())]
@@ -737,9 +772,16 @@ class _Source:
         lines += [f"    x{p} = np.ascontiguousarray(args[{p}], "
                   f"{_T[self.sub.nodes[self.inputs[p]]['dtype']]})" for p in used]
         launch = "launch(kernel, " if self.parallel else "kernel("
-        lines += [f"    {launch}{', '.join(call + [f'out.reshape({out_cshape})'])})",
-                  "    return out"]
-        return lines + self.run_function(shape, dt)
+        call.append(f"out.reshape({out_cshape})")
+        if self.err_flag:
+            lines.append("    err = np.zeros(1, np.uint8)")
+            call.append("err")
+        lines.append(f"    {launch}{', '.join(call)})")
+        if self.err_flag:
+            lines += ["    if err[0]:",
+                      "        raise ValueError('Integers to negative integer powers are not "
+                      "allowed.')"]
+        return lines + ["    return out"] + self.run_function(shape, dt)
 
     def run_function(self, shape, dt) -> list[str]:
         """``run(args, out=None)``: allocate or check ``out``, then the kernel (after the
