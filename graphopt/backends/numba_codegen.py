@@ -128,7 +128,8 @@ def _fast_table() -> tuple[dict, str]:
         from . import numba_math
     except Exception:  # absent or mid-edit: exact np.* functions keep kernels correct
         return {}, "none"
-    table = getattr(numba_math, "FAST", {}) or {}
+    safe = getattr(numba_math, "KERNEL_SAFE", ())
+    table = {k: f for k, f in (getattr(numba_math, "FAST", {}) or {}).items() if k[0] in safe}
     try:
         with open(numba_math.__file__, "rb") as f:
             digest = hashlib.sha256(f.read()).hexdigest()[:16]
@@ -433,15 +434,39 @@ class _Source:
         return (phase, level)
 
     # -- values -----------------------------------------------------------------------------
-    def value(self, n, m, phase) -> tuple[str, str, int]:
-        """(expression, dtype, loop level) of node ``n`` read at loop map ``m``."""
+    def value(self, n, m, phase="epi") -> tuple[str, str, int]:
+        """(expression, dtype, loop level) of node ``n`` read at loop map ``m``.
+
+        Evaluated with an explicit stack, not by recursion: ``_value_gen`` and ``_value``
+        are generators that *yield* ``(node, map, phase)`` for each operand value they need
+        and receive it back, so a chain of any length compiles."""
+        stack, result = [self._value_gen(n, m, phase)], None
+        while stack:
+            try:
+                request = stack[-1].send(result)
+            except StopIteration as done:
+                stack.pop()
+                result = done.value
+            else:
+                stack.append(self._value_gen(*request))
+                result = None
+        return result
+
+    def _value_gen(self, n, m, phase):
         key = (n, m, phase)
         pro = self.memo.get((n, m, "pro"))
         if phase == "epi" and pro is not None and pro[2] <= 0 and self.mode in ("row", "column"):
             return pro  # computed before the reduction loops, still in scope after them
         if key not in self.memo:
-            self.memo[key] = self._value(n, m, phase)
+            self.memo[key] = yield from self._value(n, m, phase)
         return self.memo[key]
+
+    def operand_values(self, n, m, phase):
+        """Generator: the values of ``n``'s operands at the maps ``n`` reads them at."""
+        vals = []
+        for k, u in enumerate(ir.operands(self.sub, n)):
+            vals.append((yield (u, operand_index_map(self.sub, n, k, m), phase)))
+        return vals
 
     def _value(self, n, m, phase):
         d = self.sub.nodes[n]
@@ -458,9 +483,7 @@ class _Source:
             return self.var(self.buf(phase, level), f"{arg}[{idx}]"), dt, level
         if n == self.red and phase == "epi":
             return "red", dt, 0
-        ops_ = ir.operands(self.sub, n)
-        vals = [self.value(u, operand_index_map(self.sub, n, k, m), phase)
-                for k, u in enumerate(ops_)]
+        vals = yield from self.operand_values(n, m, phase)
         if d["op"] in ("broadcast_to", "transpose"):
             return vals[0]
         level = max([v[2] for v in vals] + [-1])
@@ -1000,10 +1023,10 @@ class _BlockedSource(_Source):
         self.parallel = math.prod(self.space) >= PARALLEL_MIN and self.nblocks > 1
         self.steps: list = []   # (temp, dtype, dims, writer(out_expr, operand exprs), args)
 
-    def value(self, n, m, phase="epi"):
+    def _value_gen(self, n, m, phase="epi"):
         key = (n, m)
         if key not in self.memo:
-            self.memo[key] = self._np_value(n, m)
+            self.memo[key] = yield from self._np_value(n, m)
         return self.memo[key]
 
     def _np_value(self, n, m):
@@ -1018,8 +1041,7 @@ class _BlockedSource(_Source):
         if d["op"] == "input":
             arg = self.args[(self.inputs.index(n), cm)]
             return (f"{arg}[lo:hi]" if 0 in cm else arg), dt, frozenset(cm)
-        vals = [self.value(u, operand_index_map(self.sub, n, k, m))
-                for k, u in enumerate(ir.operands(self.sub, n))]
+        vals = yield from self.operand_values(n, m, "epi")
         if d["op"] in ("broadcast_to", "transpose"):
             return vals[0]
         dims = frozenset().union(*[v[2] for v in vals])

@@ -637,6 +637,12 @@ FAST: dict[tuple[str, str], Callable] = {
     (op, dt): globals()[f"{op}_{sfx}"]
     for op in _OPS for dt, sfx in (("float32", "f32"), ("float64", "f64"))}
 
+# The approximations valid over the whole input range: the ones generated kernels may use.
+# sin/cos are not (NaN for |x| >= TRIG_LIMIT, where NumPy reduces exactly), and fast math
+# never turns a finite result into NaN: kernels call libm for them until a vectorizable
+# Payne-Hanek reduction lands.
+KERNEL_SAFE = frozenset(op for op in _OPS if op not in ("sin", "cos"))
+
 _SUB32, _SUB64 = float(np.finfo(np.float32).smallest_subnormal), 5e-324
 BOUNDS: dict[tuple[str, str], Bound] = {
     ("exp", "float32"): Bound(1.5), ("exp", "float64"): Bound(1.5),
@@ -652,5 +658,5 @@ BOUNDS: dict[tuple[str, str], Bound] = {
     ("sqrt", "float32"): Bound(0.5), ("sqrt", "float64"): Bound(0.5),
 }
 ERROR_BOUNDS: dict[tuple[str, str], str] = {k: str(b) for k, b in BOUNDS.items()}
-__all__ = ["FAST", "ERROR_BOUNDS", "BOUNDS", "Bound", "TRIG_LIMIT",
+__all__ = ["FAST", "KERNEL_SAFE", "ERROR_BOUNDS", "BOUNDS", "Bound", "TRIG_LIMIT",
            *(f.__name__ for f in FAST.values())]

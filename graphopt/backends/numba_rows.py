@@ -70,12 +70,12 @@ class RowsSource(_Source):
             return "pre"
         return ("row", phase) if level == 0 else ("pass", phase, level)
 
-    def value(self, n, m, p):
+    def _value_gen(self, n, m, p):
         """(expression, dtype, level) of ``n`` at map ``m`` as pass ``p`` reads it: per-row
         values once per row, row values once per pass (or kept from an earlier pass)."""
         if not any(self.level[c] for c in self.to_cmap(m)):
             if (n, m) not in self.memo:
-                self.memo[(n, m)] = self._value(n, m, p)
+                self.memo[(n, m)] = yield from self._value(n, m, p)
             return self.memo[(n, m)]
         if (n, m, p) not in self.memo:
             earlier = next((q for q in range(p) if (n, m, q) in self.memo), None)
@@ -83,7 +83,7 @@ class RowsSource(_Source):
                     and len(self.R) == 1:
                 self.memo[(n, m, p)] = self._kept(self.memo[(n, m, earlier)], earlier, p)
             else:
-                self.memo[(n, m, p)] = self._value(n, m, p)
+                self.memo[(n, m, p)] = yield from self._value(n, m, p)
         return self.memo[(n, m, p)]
 
     def _kept(self, computed, q, p):
@@ -98,7 +98,7 @@ class RowsSource(_Source):
     def _value(self, n, m, p):
         if n in self.red_var:
             return self.red_var[n], self.sub.nodes[n]["dtype"], 0
-        return super()._value(n, m, p)
+        return (yield from super()._value(n, m, p))
 
     # -- the kernel -------------------------------------------------------------------------
     def kernel_body(self) -> list[str]:
