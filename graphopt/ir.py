@@ -243,3 +243,23 @@ def structural_hash(G: nx.MultiDiGraph) -> str:
              "struct:" + _attr_token(G.graph.get("output_structure")),
              "all:" + ",".join(sorted(h.values()))]
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()
+
+
+def evaluate_iteratively(make, *request):
+    """Evaluate a recursive definition without Python recursion (a graph of any depth).
+
+    ``make(*request)`` returns a generator that *yields* a request tuple for each value it
+    needs (an operand's), receives that value back, and *returns* its own value. Code
+    generators walk operand chains this way: a 400-op chain would exceed Python's
+    recursion limit."""
+    stack, result = [make(*request)], None
+    while stack:
+        try:
+            sub_request = stack[-1].send(result)
+        except StopIteration as done:
+            stack.pop()
+            result = done.value
+        else:
+            stack.append(make(*sub_request))
+            result = None
+    return result

@@ -331,6 +331,12 @@ class _Emitter:
         return name
 
     def value(self, n: int, chain: tuple = ()) -> str:
+        """The C expression of node ``n`` seen through view ops ``chain``. An explicit stack,
+        not recursion: ``_value_gen`` yields ``(node, chain)`` for each operand it needs and
+        receives its expression, so a chain of any length compiles."""
+        return ir.evaluate_iteratively(self._value_gen, n, chain)
+
+    def _value_gen(self, n: int, chain: tuple = ()):
         chain = _norm(chain)
         key = (n, chain)
         if key in self._memo:
@@ -355,12 +361,12 @@ class _Emitter:
                 expr = self.param("const", self.p.const_index(n), chain, d["dtype"], d["shape"])
         elif kind == ops.LAYOUT:
             (u,) = ir.operands(self.G, n)
-            expr = self.value(u, (_layout_op(d),) + chain)
+            expr = yield (u, (_layout_op(d),) + chain)
         elif kind == ops.REDUCTION and not d["attrs"]["axes"]:
             (u,) = ir.operands(self.G, n)  # reducing over no axis: a cast
-            expr = cast(self.value(u, chain), self.G.nodes[u]["dtype"], d["dtype"])
+            expr = cast((yield (u, chain)), self.G.nodes[u]["dtype"], d["dtype"])
         elif kind == ops.ELEMENTWISE:
-            expr = self._elementwise(n, d, chain)
+            expr = yield from self._elementwise(n, d, chain)
         else:
             raise Unsupported(f"{op} inside an elementwise expression")
         self._memo[key] = expr
@@ -373,7 +379,7 @@ class _Emitter:
         for u in us:
             ud = self.G.nodes[u]
             pre = (("broadcast_to", shape),) if tuple(ud["shape"]) != shape else ()
-            vals.append((self.value(u, pre + chain), ud["dtype"]))
+            vals.append(((yield (u, pre + chain)), ud["dtype"]))
         in_dtypes = [dt for _, dt in vals]
         loop = _loop_dtypes(d["op"], d["dtype"], in_dtypes)
         args = [cast(v, dt, lt) if not (d["op"] == "where" and i == 0) else _truth(v, dt)

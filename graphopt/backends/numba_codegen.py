@@ -440,17 +440,7 @@ class _Source:
         Evaluated with an explicit stack, not by recursion: ``_value_gen`` and ``_value``
         are generators that *yield* ``(node, map, phase)`` for each operand value they need
         and receive it back, so a chain of any length compiles."""
-        stack, result = [self._value_gen(n, m, phase)], None
-        while stack:
-            try:
-                request = stack[-1].send(result)
-            except StopIteration as done:
-                stack.pop()
-                result = done.value
-            else:
-                stack.append(self._value_gen(*request))
-                result = None
-        return result
+        return ir.evaluate_iteratively(self._value_gen, n, m, phase)
 
     def _value_gen(self, n, m, phase):
         key = (n, m, phase)
