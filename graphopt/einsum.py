@@ -253,14 +253,25 @@ def to_ascii(equation: str) -> str:
     return "".join(table.get(c, c) for c in equation)
 
 
+def promote_operands(arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
+    """The operands in the einsum's result dtype (NumPy's promotion of all of them), as
+    ``np.einsum`` computes. Contracting pairwise in the pair's own dtype would differ: two
+    bool operands of ``"ij,jk,kl->il"`` with a float one would be summed as logical or."""
+    arrays = [np.asarray(a) for a in arrays]
+    dtype = np.result_type(*arrays) if arrays else None
+    return [a if a.dtype == dtype else a.astype(dtype) for a in arrays]
+
+
 def evaluate(equation: str, arrays: Sequence[np.ndarray]) -> np.ndarray:
     """Reference evaluation of an IR equation: ``numpy.einsum`` for one or two operands,
-    opt_einsum's pairwise contraction beyond that (NumPy caps the operand count)."""
+    opt_einsum's pairwise contraction beyond that (NumPy caps the operand count), all in
+    the result dtype (``promote_operands``)."""
     if len(arrays) <= 2:
         return np.asarray(np.einsum(to_ascii(equation), *arrays))
     import opt_einsum
 
-    return np.asarray(opt_einsum.contract(equation, *arrays, optimize="greedy"))
+    return np.asarray(opt_einsum.contract(equation, *promote_operands(arrays),
+                                          optimize="greedy"))
 
 
 def pairwise_flops(equation: str, sizes: dict) -> int:

@@ -30,7 +30,7 @@ from typing import Iterator, Sequence
 import numpy as np
 
 from .einsum import split as split_equation
-from .einsum import to_ascii
+from .einsum import promote_operands, to_ascii
 from .errors import GraphError
 
 
@@ -384,7 +384,7 @@ def sliced_contract(equation: str, path, slices, arrays: Sequence[np.ndarray], o
     the result plus one slice's intermediates. ``path`` None: opt_einsum's greedy path.
     ``out`` (C-contiguous, the result's shape and dtype) receives the result if given."""
     terms, output = split_equation(equation)
-    arrays = [np.asarray(a) for a in arrays]
+    arrays = promote_operands(arrays)
     sizes = label_sizes(equation, [a.shape for a in arrays])
     if path is None:
         path = default_path(equation, [a.shape for a in arrays])
