@@ -42,11 +42,8 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import importlib.util
 import math
 import os
-import sys
-import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
@@ -57,6 +54,7 @@ import numpy as np
 
 from .. import ir, ops
 from ..einsum import to_ascii
+from .disk_cache import cache_dir, load_module as _load_module  # noqa: F401
 from ..passes.fusion import build_subgraph, classify, group_maps, is_pointwise, reduction_maps
 
 CODEGEN_VERSION = "2"
@@ -838,49 +836,6 @@ def launch(kernel, *args) -> None:
         _launch_safe = numba.threading_layer() != "workqueue"
 
 _lock = threading.Lock()
-
-
-def cache_dir() -> str:
-    """Where generated modules live: ``$GRAPHOPT_CACHE_DIR``, else ``~/.cache/graphopt``
-    (``$XDG_CACHE_HOME/graphopt``); a private temp dir if that is not writable."""
-    d = os.environ.get("GRAPHOPT_CACHE_DIR") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"),
-        "graphopt")
-    try:
-        os.makedirs(d, exist_ok=True)
-        if os.access(d, os.W_OK):
-            return d
-    except OSError:
-        pass
-    uid = os.getuid() if hasattr(os, "getuid") else 0
-    d = os.path.join(tempfile.gettempdir(), f"graphopt-{uid}")
-    os.makedirs(d, exist_ok=True)
-    return d
-
-
-def _load_module(source: str):
-    """Import ``source`` from ``<cache_dir>/k_<sha>.py`` (written once, never rewritten, so
-    numba's index for it stays valid)."""
-    digest = hashlib.sha256(source.encode()).hexdigest()[:24]
-    modname = f"graphopt_kernel_{digest}"
-    if modname in sys.modules:
-        return sys.modules[modname]
-    path = os.path.join(cache_dir(), f"k_{digest}.py")
-    if not os.path.exists(path):
-        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), suffix=".tmp")
-        with os.fdopen(fd, "w") as f:
-            f.write(source)
-        os.replace(tmp, path)
-    spec = importlib.util.spec_from_file_location(modname, path)
-    mod = importlib.util.module_from_spec(spec)
-    # numba's cache re-imports the module by name when it loads a compiled kernel
-    sys.modules[modname] = mod
-    try:
-        spec.loader.exec_module(mod)
-    except BaseException:
-        del sys.modules[modname]
-        raise
-    return mod
 
 
 def _compile(source: str):

@@ -18,12 +18,8 @@ Every choice is reported per kernel (``Kernel.impl`` and ``Kernel.details["reaso
 
 from __future__ import annotations
 
-import hashlib
 import importlib.util
-import json
 import math
-import os
-import tempfile
 import time
 
 import numpy as np
@@ -132,33 +128,31 @@ def _faster_of_loop_and_blocked(k, sub, pattern, name):
             timings[cand.impl] = round(median_seconds(lambda f=body: f(args, out)) * 1e3, 4)
         return timings
 
-    timings, cached = measured_once(k.source + blocked.source, measure)
+    timings, cached = measured_once(k.source + blocked.source, measure, (k.impl, blocked.impl))
     best = min((k, blocked), key=lambda c: timings[c.impl])
     where = "; timings from the disk cache" if cached else ""
     return best, f"faster measured on the real shapes ({best.impl}{where})", timings
 
 
-def measured_once(source: str, measure) -> tuple[dict, bool]:
+def measured_once(source: str, measure, keys=()) -> tuple[dict, bool]:
     """``(measure(), False)``, or the timings an earlier process measured for the same
     kernel sources on this machine, ``(timings, True)``: kept beside the kernels in the
-    cache directory, so a second process neither re-JITs nor re-times."""
-    from .numba_codegen import cache_dir
+    cache directory, so a second process neither re-JITs nor re-times. A kept document
+    that lacks one of ``keys`` or holds anything but positive finite numbers is dropped
+    and measured again."""
+    from .disk_cache import read_json, source_digest, write_json
 
-    digest = hashlib.sha256(source.encode()).hexdigest()[:24]
-    path = os.path.join(cache_dir(), f"timings_{digest}.json")
-    try:
-        with open(path, encoding="utf-8") as f:
-            timings = json.load(f)
-        if isinstance(timings, dict) and all(isinstance(v, (int, float))
-                                             for v in timings.values()):
-            return timings, True
-    except (OSError, ValueError):
-        pass
+    def valid(doc) -> bool:
+        return isinstance(doc, dict) and set(keys) <= set(doc) and all(
+            isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+            and v >= 0 for v in doc.values())
+
+    name = f"timings_{source_digest(source)}.json"
+    timings = read_json(name, valid)
+    if timings is not None:
+        return timings, True
     timings = measure()
-    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), suffix=".tmp")
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        json.dump(timings, f)
-    os.replace(tmp, path)
+    write_json(name, timings)
     return timings, False
 
 

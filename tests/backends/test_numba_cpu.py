@@ -10,7 +10,7 @@ import pytest
 
 import graphopt as go
 from graphopt import compiler
-from graphopt.backends import BACKENDS, numba_cpu
+from graphopt.backends import BACKENDS, disk_cache, numba_cpu
 from graphopt.backends.gemm import gemm_plan
 from graphopt.errors import GraphError
 
@@ -246,5 +246,13 @@ def test_kernel_timings_are_kept_for_the_next_process(tmp_path, monkeypatch):
     assert numba_cpu.measured_once("src", measure) == ({"numba-fused": 1.5,
                                                         "numpy-blocked": 2.5}, True)
     assert len(calls) == 2                      # measured once (plus the call in the assert)
-    (tmp_path / next(p.name for p in tmp_path.iterdir())).write_text("not json")
-    assert numba_cpu.measured_once("src", measure)[1] is False   # a broken file is re-timed
+    doc = tmp_path / next(p.name for p in tmp_path.iterdir() if p.suffix == ".json")
+    keys = ("numba-fused", "numpy-blocked")
+    # broken, or valid JSON but incomplete: dropped, re-timed and rewritten, one warning each
+    for text in ("not json", '{"numba-fused": 1.5}', '{"numba-fused": 1.5, '
+                 '"numpy-blocked": "fast"}', '[1, 2]'):
+        doc.write_text(text)
+        disk_cache._warned.clear()
+        with pytest.warns(RuntimeWarning, match="corrupt or incomplete"):
+            assert numba_cpu.measured_once("src", measure, keys) == (measure(), False)
+        assert numba_cpu.measured_once("src", measure, keys)[1] is True

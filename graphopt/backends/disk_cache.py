@@ -1,0 +1,195 @@
+"""The on-disk kernel cache: generated modules, numba's compiled code, kernel-choice timings.
+
+Where: ``$GRAPHOPT_CACHE_DIR``, else ``$XDG_CACHE_HOME/graphopt`` (``~/.cache/graphopt``).
+What is trusted there:
+
+- The directory is created ``0700`` and used only while it is ours: owned by this user, a
+  real directory, not writable by group or others. Otherwise graphopt warns once and keeps
+  its kernels in a fresh private temporary directory for this process (removed at exit):
+  nothing is ever imported from a directory another user can write.
+- A generated module ``k_<sha>.py`` is imported only if its bytes are the source whose
+  digest names it; anything else there (truncated, edited, planted) is replaced first.
+- A module whose import fails on numba's cache files (garbage index or data) has those
+  files dropped and is imported once more, so numba rebuilds them; one warning.
+- ``read_json``/``write_json`` keep small documents (timings); a document that does not
+  validate is dropped and rebuilt, with one warning.
+"""
+
+from __future__ import annotations
+
+import atexit
+import glob
+import hashlib
+import importlib.util
+import json
+import os
+import shutil
+import stat
+import sys
+import tempfile
+import threading
+import warnings
+
+_lock = threading.RLock()
+_private: str | None = None   # the per-process fallback directory, once made
+_warned: set = set()
+
+
+def warn_once(key: str, message: str) -> None:
+    """One ``RuntimeWarning`` per ``key`` per process."""
+    with _lock:
+        if key in _warned:
+            return
+        _warned.add(key)
+    warnings.warn(f"graphopt: {message}", RuntimeWarning, stacklevel=3)
+
+
+def configured_dir() -> str:
+    return os.environ.get("GRAPHOPT_CACHE_DIR") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"),
+        "graphopt")
+
+
+def untrusted_reason(path: str) -> str | None:
+    """Why ``path`` may not hold code this process imports, or None when it is ours."""
+    try:
+        st = os.stat(path)
+    except OSError as e:
+        return f"cannot stat it ({e.strerror})"
+    if not stat.S_ISDIR(st.st_mode):
+        return "it is not a directory"
+    if hasattr(os, "getuid") and st.st_uid != os.getuid():
+        return f"it is owned by uid {st.st_uid}, not by this user ({os.getuid()})"
+    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        return f"it is writable by group or others (mode {stat.S_IMODE(st.st_mode):o})"
+    if not os.access(path, os.W_OK | os.X_OK):
+        return "it is not writable by this user"
+    return None
+
+
+def _private_dir() -> str:
+    global _private
+    with _lock:
+        if _private is None:
+            _private = tempfile.mkdtemp(prefix="graphopt-")   # 0700, a fresh name
+            atexit.register(shutil.rmtree, _private, ignore_errors=True)
+        return _private
+
+
+def cache_dir() -> str:
+    """The directory kernels are kept in: the configured one when it is trusted (see the
+    module docstring), else this process's private temporary one (one warning)."""
+    d = configured_dir()
+    try:
+        os.makedirs(d, mode=0o700, exist_ok=True)
+    except OSError as e:
+        reason = f"cannot create it ({e.strerror})"
+    else:
+        reason = untrusted_reason(d)
+    if reason is None:
+        return d
+    warn_once(f"dir:{d}", f"not using the kernel cache directory {d}: {reason}; kernels are "
+              "kept in a private temporary directory for this process instead (set "
+              "GRAPHOPT_CACHE_DIR to a directory of your own to keep them)")
+    return _private_dir()
+
+
+def _write_atomic(path: str, text: str) -> None:
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def source_digest(source: str) -> str:
+    return hashlib.sha256(source.encode()).hexdigest()[:24]
+
+
+def load_module(source: str):
+    """Import ``source`` as ``<cache_dir>/k_<digest>.py``, where the digest is of the
+    source itself: written once, checked byte for byte before every import, so numba's
+    ``cache=True`` finds its compiled code again in a later process."""
+    digest = source_digest(source)
+    modname = f"graphopt_kernel_{digest}"
+    with _lock:
+        if modname in sys.modules:
+            return sys.modules[modname]
+        d = cache_dir()
+        path = os.path.join(d, f"k_{digest}.py")
+        try:
+            with open(path, encoding="utf-8") as f:
+                ok = f.read() == source
+            if not ok:
+                warn_once(f"mod:{path}", f"kernel cache entry {path} does not match its key "
+                          "(truncated or modified); rebuilding it")
+                _drop_numba_files(d, digest)
+        except (OSError, UnicodeDecodeError):
+            ok = False
+        if not ok:
+            _write_atomic(path, source)
+        try:
+            return _exec_module(modname, path)
+        except Exception as e:
+            if not _drop_numba_files(d, digest):
+                raise
+            warn_once(f"nb:{path}", f"numba's cache files for {path} could not be loaded "
+                      f"({type(e).__name__}: {e}); dropped them and compiled again")
+            return _exec_module(modname, path)
+
+
+def _exec_module(modname: str, path: str):
+    spec = importlib.util.spec_from_file_location(modname, path)
+    mod = importlib.util.module_from_spec(spec)
+    # numba's cache re-imports the module by name when it loads a compiled kernel
+    sys.modules[modname] = mod
+    try:
+        spec.loader.exec_module(mod)
+    except BaseException:
+        del sys.modules[modname]
+        raise
+    return mod
+
+
+def _drop_numba_files(d: str, digest: str) -> bool:
+    """Remove numba's index and data files of module ``k_<digest>``; whether there were any."""
+    files = glob.glob(os.path.join(d, "__pycache__", f"k_{digest}.*"))
+    for f in files:
+        try:
+            os.unlink(f)
+        except OSError:
+            pass
+    return bool(files)
+
+
+def read_json(name: str, valid) -> object | None:
+    """The document ``name`` in the cache directory if it exists and ``valid(doc)``; an
+    invalid one is removed (one warning) and None returned."""
+    path = os.path.join(cache_dir(), name)
+    try:
+        with open(path, encoding="utf-8") as f:
+            doc = json.load(f)
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError):
+        doc = _INVALID
+    if doc is not _INVALID and valid(doc):
+        return doc
+    warn_once(f"json:{path}", f"kernel cache entry {path} is corrupt or incomplete; "
+              "dropping it and measuring again")
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+    return None
+
+
+def write_json(name: str, doc) -> None:
+    _write_atomic(os.path.join(cache_dir(), name), json.dumps(doc))
+
+
+_INVALID = object()
