@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import os
 import threading
 import time
 import warnings
@@ -25,7 +26,11 @@ from .passes.manager import (PASS_OPTIONS, PassContext, PassManager, check_pass_
 from .report import OptimizationReport
 
 _CACHE: "OrderedDict[tuple, object]" = OrderedDict()
-_CACHE_SIZE = 256
+# The compile cache holds at most this many plans, and the arenas its plans keep for their
+# next call add up to at most this many bytes (the least recently compiled give theirs back
+# first): a plan the user dropped does not keep its working memory.
+CACHE_ENTRIES = 256
+CACHE_ARENA_BYTES = int(os.environ.get("GRAPHOPT_PLAN_CACHE_BYTES", 64 << 20))
 _cache_lock = threading.Lock()
 _warned_fallback = False
 
@@ -146,6 +151,7 @@ def compile(graph, backend: str = "auto", opt_level: int = 2, memory_limit=None,
         with _cache_lock:
             if key in _CACHE:
                 _CACHE.move_to_end(key)
+                _bound_cache()
                 return _CACHE[key]
 
     ctx = PassContext(opt_level=opt_level, memory_limit=memory_limit, optimize=optimize,
@@ -161,9 +167,28 @@ def compile(graph, backend: str = "auto", opt_level: int = 2, memory_limit=None,
     if cacheable:
         with _cache_lock:
             _CACHE[key] = plan
-            while len(_CACHE) > _CACHE_SIZE:
-                _CACHE.popitem(last=False)
+            _bound_cache()
     return plan
+
+
+def _bound_cache() -> None:
+    """Keep ``CACHE_ENTRIES`` plans and ``CACHE_ARENA_BYTES`` of their idle arenas (the
+    most recently compiled keep theirs; lock held)."""
+    while len(_CACHE) > CACHE_ENTRIES:
+        _release(_CACHE.popitem(last=False)[1])
+    budget = CACHE_ARENA_BYTES
+    for plan in reversed(_CACHE.values()):
+        held = getattr(plan, "idle_arena_bytes", 0)
+        if held > budget:
+            _release(plan)
+        else:
+            budget -= held
+
+
+def _release(plan) -> None:
+    release = getattr(plan, "release_arenas", None)
+    if release is not None:
+        release()
 
 
 def _flatten(v):

@@ -13,6 +13,25 @@ from .errors import GraphError
 from .graph import Graph, Tensor, einsum, tracing
 
 
+# Plans one ``@go.jit`` function keeps (least recently used dropped first).
+JIT_CACHE_ENTRIES = 64
+
+
+def static_key(x):
+    """A static argument as a cache key that equals itself exactly when the traced graph
+    would be the same: floats by their bits (``nan`` equals ``nan``; ``0.0`` and ``-0.0``
+    differ), containers element by element."""
+    if isinstance(x, float):
+        return ("float", x.hex())
+    if isinstance(x, complex):
+        return ("complex", x.real.hex(), x.imag.hex())
+    if isinstance(x, (tuple, list)):
+        return (type(x).__name__, tuple(static_key(v) for v in x))
+    if isinstance(x, frozenset):
+        return ("frozenset", frozenset(static_key(v) for v in x))
+    return x
+
+
 def _is_array(x) -> bool:
     return hasattr(x, "shape") and hasattr(x, "dtype") and not isinstance(x, Tensor)
 
@@ -50,7 +69,7 @@ def jit(fn=None, **compile_kwargs):
                     except TypeError:
                         raise GraphError(f"jit: argument {name!r} of type {type(x).__name__} is "
                                          "neither an array nor hashable (static)") from None
-                    key.append((name, "static", type(x).__name__, x))
+                    key.append((name, "static", type(x).__name__, static_key(x)))
         return bound, arrays, tuple(key)
 
     def trace(bound, arrays):
@@ -79,10 +98,14 @@ def jit(fn=None, **compile_kwargs):
         bound, arrays, key = signature_of(args, kwargs)
         with lock:
             plan = plans.get(key)
+            if plan is not None:
+                plans.move_to_end(key)
         if plan is None:
             plan = compile(trace(bound, arrays), **compile_kwargs)
             with lock:
                 plans[key] = plan
+                while len(plans) > JIT_CACHE_ENTRIES:
+                    plans.popitem(last=False)
         return plan, [x for _, x in arrays]
 
     @functools.wraps(fn)

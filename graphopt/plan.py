@@ -305,6 +305,11 @@ class Plan(StepsIntrospection):
                 "arenas_created": st["created"], "max_concurrent_calls": st["max_live"],
                 "pool": self.pool.stats.to_dict()}
 
+    @property
+    def idle_arena_bytes(self) -> int:
+        """Bytes of the arenas this plan keeps for its next calls (none checked out)."""
+        return len(self._free) * self.arena_bytes
+
     def release_arenas(self) -> None:
         """Give every cached arena back to the pool."""
         with self._lock:

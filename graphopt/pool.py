@@ -2,12 +2,30 @@
 
 A plan checks a buffer out per concurrent call and gives it back when it no longer
 caches it. On out-of-memory the pool drops its cache and retries once.
+
+Bounded: at most ``max_cached_bytes`` sit in the free lists (default 256 MiB,
+``$GRAPHOPT_POOL_BYTES``), and a buffer that nobody took for ``idle_seconds`` (default 30 s,
+``$GRAPHOPT_POOL_IDLE_SECONDS``) is given back to the system at the next acquire or
+release: memory a finished workload used does not stay with the process.
 """
 
 from __future__ import annotations
 
+import os
 import threading
+import time
 from dataclasses import dataclass
+
+DEFAULT_MAX_CACHED_BYTES = 256 << 20
+DEFAULT_IDLE_SECONDS = 30.0
+
+
+def _env_number(name: str, default: float) -> float:
+    try:
+        v = float(os.environ.get(name, default))
+    except ValueError:
+        return default
+    return v if v >= 0 else default
 
 
 @dataclass
@@ -18,6 +36,7 @@ class PoolStats:
     bytes_cached: int = 0  # bytes sitting in the free lists
     high_water: int = 0    # most bytes held at once
     oom_retries: int = 0
+    trimmed_bytes: int = 0  # bytes given back because they sat idle too long
 
     def to_dict(self) -> dict:
         return dict(self.__dict__)
@@ -29,22 +48,28 @@ class TensorPool:
     Args:
         backend: provides ``alloc(nbytes)`` and ``oom_errors`` (exception types).
         max_cached_bytes: cached buffers beyond this are dropped on release.
+        idle_seconds: cached buffers unused this long are dropped.
     """
 
-    def __init__(self, backend, max_cached_bytes: int = 1 << 32):
+    def __init__(self, backend, max_cached_bytes: int | None = None,
+                 idle_seconds: float | None = None):
         self.backend = backend
-        self.max_cached_bytes = max_cached_bytes
+        self.max_cached_bytes = int(_env_number("GRAPHOPT_POOL_BYTES", DEFAULT_MAX_CACHED_BYTES)
+                                    if max_cached_bytes is None else max_cached_bytes)
+        self.idle_seconds = (_env_number("GRAPHOPT_POOL_IDLE_SECONDS", DEFAULT_IDLE_SECONDS)
+                             if idle_seconds is None else idle_seconds)
         self.stats = PoolStats()
-        self._free: dict[int, list] = {}
+        self._free: dict[int, list] = {}   # nbytes -> [(buffer, released at), ...]
         self._lock = threading.Lock()
 
     def acquire(self, nbytes: int):
         with self._lock:
+            self._trim_idle()
             bucket = self._free.get(nbytes)
             if bucket:
                 self.stats.hits += 1
                 self.stats.bytes_cached -= nbytes
-                return bucket.pop()
+                return bucket.pop()[0]
             self.stats.misses += 1
         try:
             buf = self.backend.alloc(nbytes)
@@ -60,11 +85,35 @@ class TensorPool:
     def release(self, buf) -> None:
         nbytes = int(buf.nbytes)
         with self._lock:
+            self._trim_idle()
             if self.stats.bytes_cached + nbytes <= self.max_cached_bytes:
-                self._free.setdefault(nbytes, []).append(buf)
+                self._free.setdefault(nbytes, []).append((buf, time.monotonic()))
                 self.stats.bytes_cached += nbytes
             else:
                 self.stats.bytes_held -= nbytes
+
+    def _trim_idle(self) -> None:
+        """Drop cached buffers released more than ``idle_seconds`` ago (lock held)."""
+        if not self.stats.bytes_cached:
+            return
+        cutoff = time.monotonic() - self.idle_seconds
+        for nbytes in list(self._free):
+            bucket = self._free[nbytes]
+            keep = [(b, t) for b, t in bucket if t > cutoff]
+            dropped = (len(bucket) - len(keep)) * nbytes
+            if dropped:
+                self.stats.bytes_cached -= dropped
+                self.stats.bytes_held -= dropped
+                self.stats.trimmed_bytes += dropped
+                if keep:
+                    self._free[nbytes] = keep
+                else:
+                    del self._free[nbytes]
+
+    def trim(self) -> None:
+        """Give back every cached buffer that has been idle for ``idle_seconds``."""
+        with self._lock:
+            self._trim_idle()
 
     def clear(self) -> None:
         """Drop every cached buffer (the backend frees them)."""

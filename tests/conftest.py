@@ -29,6 +29,26 @@ settings.register_profile("thorough", deadline=None, max_examples=500,
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 
+def pytest_configure(config):
+    config.addinivalue_line("markers", "thorough: long runs (fuzzing, soaks); run with "
+                            "GRAPHOPT_THOROUGH=1 or --hypothesis-profile=thorough")
+
+
+def thorough_run(config) -> bool:
+    return os.environ.get("GRAPHOPT_THOROUGH") == "1" or \
+        config.getoption("hypothesis_profile", None) == "thorough"
+
+
+def pytest_collection_modifyitems(config, items):
+    if thorough_run(config):
+        return
+    skip = pytest.mark.skip(reason="thorough only: GRAPHOPT_THOROUGH=1 or "
+                            "--hypothesis-profile=thorough")
+    for item in items:
+        if "thorough" in item.keywords:
+            item.add_marker(skip)
+
+
 @pytest.fixture
 def rng() -> np.random.Generator:
     """A seeded NumPy generator (a fresh one per test)."""

@@ -46,6 +46,7 @@ import math
 import os
 import threading
 import time
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -816,7 +817,17 @@ def operand_index_map(G, n, k, m):
 
 # ------------------------------------------------------------------------------ building
 
-_KERNELS: dict = {}
+# Compiled kernels by (structural hash, pattern, options), least recently used dropped
+# first beyond KERNEL_CACHE_ENTRIES (numba keeps the machine code; this bounds the rest).
+_KERNELS: "OrderedDict[tuple, GeneratedKernel]" = OrderedDict()
+KERNEL_CACHE_ENTRIES = 2048
+
+
+def _remember(key, k: GeneratedKernel) -> None:
+    """Keep ``k`` under ``key`` (lock held)."""
+    _KERNELS[key] = k
+    while len(_KERNELS) > KERNEL_CACHE_ENTRIES:
+        _KERNELS.popitem(last=False)
 _launch_lock = threading.Lock()
 _launch_safe = False
 
@@ -898,7 +909,7 @@ def build_fused_kernel(sub: nx.MultiDiGraph, pattern: str, *, fast_math: bool = 
                 k.einsum_equation = sub.nodes[ein]["attrs"]["equation"]
                 k.einsum_args = tuple(ins.index(u) for u in ir.operands(sub, ein))
                 k.epilogue = mod.epilogue
-            _KERNELS[key] = k
+            _remember(key, k)
         else:
             k = dataclasses.replace(k, details={**k.details, "numba_cache": "memory"})
     return dataclasses.replace(k, name=name or f"fused_{key[0][:8]}")
@@ -1142,5 +1153,5 @@ def build_numpy_blocked(sub: nx.MultiDiGraph, pattern: str, *,
                 k.einsum_equation = sub.nodes[gen.einsum]["attrs"]["equation"]
                 k.einsum_args = tuple(ins.index(u) for u in ir.operands(sub, gen.einsum))
                 k.epilogue = mod.epilogue
-            _KERNELS[key] = k
+            _remember(key, k)
     return dataclasses.replace(k, name=name or f"blocked_{key[0][:8]}")
