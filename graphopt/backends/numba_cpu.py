@@ -46,7 +46,7 @@ MEASURE_MIN_ELEMENTS = 1 << 18   # groups at least this large are timed both way
 @register_backend
 class NumbaBackend(Backend):
     name = "numba"
-    compile_options = frozenset({"fast_math"})
+    compile_options = frozenset({"fast_math", "kernel_forms"})
     install_hint = "pip install numba  (or compile(..., backend='numpy'), the reference)"
 
     @classmethod
@@ -58,13 +58,14 @@ class NumbaBackend(Backend):
         if not isinstance(fast_math, bool):
             raise GraphError(f"compile option fast_math= must be True or False, got "
                              f"{fast_math!r}")
+        forms = kernel_forms(ctx.options)
         d = G.nodes[n]
         if d["op"] == "fused" and d["attrs"]["pattern"] == "tiled":
             return tiled_kernel(G, n, lambda H, m: self.kernel(H, m, ctx))
         if d["op"] == "fused":
-            return fused_kernel(G, n, ctx.opt_level, fast_math)
+            return fused_kernel(G, n, ctx.opt_level, fast_math, forms)
         if d["op"] == "einsum":
-            return einsum_kernel(G, n, ctx.opt_level)
+            return einsum_kernel(G, n, ctx.opt_level, forms["contraction"])
         f = ops.UNARY_FUNCS.get(d["op"]) or ops.BINARY_FUNCS.get(d["op"])
         if isinstance(f, np.ufunc):
             return ufunc_kernel(f, n, d)
@@ -73,11 +74,28 @@ class NumbaBackend(Backend):
 
 # ------------------------------------------------------------------------------ fused groups
 
+# ``compile(..., kernel_forms={...})``: pin the form that timing or the cost model would
+# choose, per machine differently (tests run every form; a user can bisect a result).
+KERNEL_FORMS = {"fused": ("auto", "numba-fused", "numpy-blocked"),
+                "contraction": ("auto", "blas-gemm", "numpy-einsum")}
 
-def fused_kernel(G, n, opt_level: int, fast_math: bool) -> Kernel:
-    """The generated kernel of fused node ``n`` (or the faster NumPy-blocked form)."""
+
+def kernel_forms(options: dict) -> dict:
+    """The ``kernel_forms`` option, validated, with "auto" for what it does not name."""
+    given = options.get("kernel_forms") or {}
+    if not isinstance(given, dict) or any(k not in KERNEL_FORMS or v not in KERNEL_FORMS[k]
+                                          for k, v in given.items()):
+        raise GraphError(f"kernel_forms must be a dict with keys and values from "
+                         f"{KERNEL_FORMS}, got {given!r}")
+    return {k: given.get(k, "auto") for k in KERNEL_FORMS}
+
+
+def fused_kernel(G, n, opt_level: int, fast_math: bool, forms=None) -> Kernel:
+    """The generated kernel of fused node ``n`` (or the faster NumPy-blocked form; or the
+    form ``forms["fused"]`` pins)."""
     from . import numba_codegen as cg
 
+    forms = forms or kernel_forms({})
     d = G.nodes[n]
     sub, pattern = d["attrs"]["graph"], d["attrs"]["pattern"]
     name = f"fused_{n}"
@@ -89,14 +107,23 @@ def fused_kernel(G, n, opt_level: int, fast_math: bool) -> Kernel:
         return ref
     reason = "generated loop"
     timings = None
-    if pattern in ("elementwise", "contraction") and math.prod(d["shape"]) >= MEASURE_MIN_ELEMENTS:
+    if forms["fused"] == "numpy-blocked":
+        try:
+            k, reason = cg.build_numpy_blocked(sub, pattern, name=name), "kernel_forms"
+        except cg.UnsupportedKernel as e:
+            reason = f"generated loop (no NumPy-blocked form: {e})"
+    elif forms["fused"] == "numba-fused":
+        reason = "generated loop (kernel_forms)"
+    elif pattern in ("elementwise", "contraction") and \
+            math.prod(d["shape"]) >= MEASURE_MIN_ELEMENTS:
         k, reason, timings = _faster_of_loop_and_blocked(k, sub, pattern, name)
     details = {**k.details, "reason": reason, "pattern": pattern}
     if timings:
         details["timings_ms"] = timings
     body, source = k.fn, k.source
     if pattern == "contraction":
-        body, impl, cdetails, csource = _contraction_with_epilogue(G, n, k, opt_level)
+        body, impl, cdetails, csource = _contraction_with_epilogue(G, n, k, opt_level,
+                                                                  forms["contraction"])
         details["contraction_reason"] = cdetails.pop("reason")   # "reason": the epilogue's
         details.update(cdetails)
         source = f"{csource}\n# then the epilogue, in place on out:\n{k.source}"
@@ -181,7 +208,7 @@ def _guard_inplace(fn, inplace_ok, G, n):
 # ------------------------------------------------------------------------------ contractions
 
 
-def einsum_kernel(G, n, opt_level: int) -> Kernel:
+def einsum_kernel(G, n, opt_level: int, form: str = "auto") -> Kernel:
     """A pairwise (or one-operand) einsum node; many-operand or sliced ones run along their
     path with ``sliced_contract``."""
     from .. import ir
@@ -192,7 +219,8 @@ def einsum_kernel(G, n, opt_level: int) -> Kernel:
     if a.get("slices") or len(operands) > 2:
         return sliced_kernel(G, n)
     shapes = [tuple(G.nodes[u]["shape"]) for u in operands]
-    run, impl, details, source = contraction(a["equation"], shapes, d["dtype"], opt_level)
+    run, impl, details, source = contraction(a["equation"], shapes, d["dtype"], opt_level,
+                                             form)
 
     def fn(args, out):
         if out is None:
@@ -201,7 +229,7 @@ def einsum_kernel(G, n, opt_level: int) -> Kernel:
     return Kernel(f"einsum_{n}", fn, source, impl, node=n, details=details)
 
 
-def _contraction_with_epilogue(G, n, k, opt_level):
+def _contraction_with_epilogue(G, n, k, opt_level, form: str = "auto"):
     """``body(args, out)`` of a fused contraction: the einsum into ``out``, then the
     generated epilogue in place on it."""
     sub = G.nodes[n]["attrs"]["graph"]
@@ -209,7 +237,7 @@ def _contraction_with_epilogue(G, n, k, opt_level):
     ins = sub.graph["inputs"]
     shapes = [tuple(sub.nodes[ins[i]]["shape"]) for i in k.einsum_args]
     run, impl, details, source = contraction(k.einsum_equation, shapes, ein["dtype"],
-                                             opt_level)
+                                             opt_level, form)
     where, epilogue = k.einsum_args, k.epilogue
     shape, dtype = tuple(G.nodes[n]["shape"]), G.nodes[n]["dtype"]
 
@@ -243,14 +271,18 @@ def contraction_candidates(eq: str, shapes, dtype: str) -> list[tuple[str, str, 
     return sorted(out, key=lambda c: c[2])
 
 
-def contraction(eq: str, shapes, dtype: str, opt_level: int):
+def contraction(eq: str, shapes, dtype: str, opt_level: int, form: str = "auto"):
     """``(run(args, out) -> out, impl, details, source)`` for the einsum, chosen by the cost
-    model, or by timing each candidate at ``opt_level`` 3."""
+    model, or by timing each candidate at ``opt_level`` 3, or pinned by ``form``."""
     cands = contraction_candidates(eq, shapes, dtype)
     impl, why, est = cands[0]
     details = {"contraction": impl, "reason": f"cost model: {why}",
                "predicted_us": {c: round(e * 1e6, 2) for c, _, e in cands}}
-    if opt_level >= 3 and len(cands) > 1:
+    pinned = [c for c in cands if c[0] == form]
+    if pinned:
+        impl = pinned[0][0]
+        details.update(contraction=impl, reason=f"kernel_forms: {pinned[0][1]}")
+    elif opt_level >= 3 and len(cands) > 1:
         args = [sample_array(s, dtype) for s in shapes]
         out = np.empty(einsum_mod.parse(eq, shapes).output_shape, dtype)
         timings = {c: median_seconds(lambda f=_contraction_fn(c, eq, shapes, dtype):
