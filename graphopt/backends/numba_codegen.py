@@ -79,7 +79,8 @@ _INFIX = {"add": "+", "sub": "-", "mul": "*", "div": "/", "eq": "==", "ne": "!="
           "le": "<=", "gt": ">", "ge": ">="}
 _MATH = ("exp", "log", "sqrt", "tanh", "sin", "cos")
 _GELU_C = math.sqrt(2.0 / math.pi)
-SCALAR_HELPERS = ("cdiv_c64", "cdiv_c128", "cpow_c64", "cpow_c128", "ipow")
+SCALAR_HELPERS = ("cdiv_c64", "cdiv_c128", "cpow_c64", "cpow_c128", "clog_c64", "clog_c128",
+                  "ipow")
 
 
 class UnsupportedKernel(NotImplementedError):
@@ -416,6 +417,8 @@ class _Source:
 
     def math(self, op, x, dt) -> str:
         if np.dtype(dt).kind == "c":
+            if op == "log":
+                return f"clog_c{np.dtype(dt).itemsize * 8}({x})"
             return f"cmath.{op}({x})"
         return self.fast_call(op, dt, x) or f"np.{op}({x})"
 

@@ -1,8 +1,9 @@
 """NumPy's scalar semantics where numba's own differ, for generated numba kernels.
 
 numba raises ``ZeroDivisionError`` on complex division by zero (NumPy: inf/nan), returns
-NaN for complex ``0 ** z`` (NumPy: 0 when ``z.real > 0``), and returns a value for an
-integer to a negative integer power (NumPy raises). These helpers follow NumPy's C loops
+NaN for complex ``0 ** z`` (NumPy: 0 when ``z.real > 0``), loses the complex log of denormal
+values (it rounds ``abs(z)`` first), and returns a value for an integer to a negative integer
+power (NumPy raises). These helpers follow NumPy's C loops
 line by line (``npy_math_complex.c.src``: ``cdiv``, ``npy_cpow``; the integer ``power``
 loop), so a kernel and the interpreter agree bit for bit on them.
 
@@ -80,11 +81,31 @@ def _complex_ops(ftype, ctype):
             return r
         return a ** b
 
-    return cdiv, cpow
+    @numba.njit(**_JIT)
+    def clog(z):
+        """``log(z)`` as ``log(max) + log1p((min/max)**2) / 2`` of the parts' magnitudes:
+        accurate for denormal and huge parts, where ``log(abs(z))`` (numba's ``cmath.log``)
+        rounds ``abs(z)`` first (log of a denormal off by 0.06)."""
+        re, im = z.real, z.imag
+        ar, ai = abs(re), abs(im)
+        if ar != ar or ai != ai:
+            lr = np.inf if (ar == np.inf or ai == np.inf) else np.nan
+        else:
+            hi, lo = (ar, ai) if ar >= ai else (ai, ar)
+            if hi == zero:
+                lr = -np.inf
+            elif hi == np.inf:
+                lr = np.inf
+            else:
+                r = lo / hi
+                lr = np.log(hi) + np.log1p(r * r) / ftype(2.0)
+        return ctype(complex(lr, np.arctan2(im, re)))
+
+    return cdiv, cpow, clog
 
 
-cdiv_c64, cpow_c64 = _complex_ops(np.float32, np.complex64)
-cdiv_c128, cpow_c128 = _complex_ops(np.float64, np.complex128)
+cdiv_c64, cpow_c64, clog_c64 = _complex_ops(np.float32, np.complex64)
+cdiv_c128, cpow_c128, clog_c128 = _complex_ops(np.float64, np.complex128)
 
 
 @numba.njit(**_JIT)
