@@ -113,12 +113,18 @@ def broadcast_shapes(*shapes) -> tuple[int, ...]:
 # ------------------------------------------------------------------------------ elementwise
 
 
+# Wider than float64 where the platform has it (x86: 64-bit mantissa): gelu's tail is
+# x * e**w with |w| up to 745, and w rounded in float64 is |w| ulp off in the result.
+_WIDE = np.longdouble if np.finfo(np.longdouble).nmant > 52 else np.float64
+
+
 def _real_work(x):
-    """``(x in float64, the result dtype)`` for sigmoid/gelu of a real ``x``: they compute
-    in float64 and round once at the end (float32 and float16 keep their type, integers and
-    bools give float64, as ``0.5 * x`` would)."""
+    """``(x in the working type, the result dtype)`` for sigmoid/gelu of a real ``x``: they
+    compute in float64 (float64 inputs: in long double where it is wider) and round once at
+    the end (float32 and float16 keep their type, integers and bools give float64, as
+    ``0.5 * x`` would)."""
     out = x.dtype if x.dtype.kind == "f" else np.dtype(np.float64)
-    return x.astype(np.longdouble if x.dtype == np.longdouble else np.float64), out
+    return x.astype(_WIDE if out == np.float64 else np.float64), out
 
 
 def _logistic(w, x):
@@ -145,19 +151,24 @@ def _relu(x):
 _GELU_C = math.sqrt(2.0 / math.pi)
 GELU_2C = 2.0 * _GELU_C   # w = 2u: gelu(x) = x * sigmoid(w)
 GELU_K = 0.044715
+# the same constants to the working type's precision (parsed from decimal strings)
+_GELU_2C_WIDE = _WIDE(2) * np.sqrt(_WIDE(2) / _WIDE("3.14159265358979323846264338327950288"))
+_GELU_K_WIDE = _WIDE("0.044715")
 
 
 def _gelu(x):
     """GELU, tanh approximation (as JAX's default and PyTorch's ``approximate='tanh'``):
     ``0.5 x (1 + tanh(u))`` with ``u = sqrt(2/pi) (x + 0.044715 x**3)``, computed as the
     equal ``x * sigmoid(2u)``, which keeps the negative tail (``1 + tanh(u)`` cancels).
-    ``x**3`` is taken in ``x``'s own type (integers wrap, as NumPy's ``x * x * x``)."""
+    ``x**3`` is taken in the working type, except for integers: in their own type (they
+    wrap, as NumPy's ``x * x * x``)."""
     x = np.asarray(x)
     if x.dtype.kind == "c":
         return 0.5 * x * (1.0 + np.tanh(_GELU_C * (x + GELU_K * (x * x * x))))
-    cube = x * x * x
     xd, out = _real_work(x)
-    w = GELU_2C * (xd + GELU_K * cube.astype(xd.dtype))
+    cube = xd * xd * xd if x.dtype.kind == "f" else (x * x * x).astype(xd.dtype)
+    c2, k = (_GELU_2C_WIDE, _GELU_K_WIDE) if xd.dtype == _WIDE else (GELU_2C, GELU_K)
+    w = c2 * (xd + k * cube)
     return np.asarray(_logistic(w, xd)).astype(out)
 
 

@@ -251,7 +251,9 @@ def op_expr(op: str, args: list[str], loop: list[str], out: str) -> str:
             c = math.sqrt(2.0 / math.pi)
             return (f"({lit(0.5)} * {a} * ({lit(1.0)} + tanh({lit(c)} * ({a} + "
                     f"{lit(0.044715)} * ({a} * {a} * {a})))))")
-        return cast(f"go_gelu((double){a}, (double)({a} * {a} * {a}))", "float64", out)
+        cube = f"(double)({a} * {a} * {a})" if k in "biu" else \
+            f"((double){a} * (double){a} * (double){a})"   # as ops._gelu: ints wrap
+        return cast(f"go_gelu((double){a}, {cube})", "float64", out)
     if op == "square":
         return f"({a} * {a})"
     if op == "reciprocal":

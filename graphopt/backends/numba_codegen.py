@@ -589,10 +589,19 @@ class _Source:
             fast = self.fast_call("gelu", out, x)
             if fast:
                 return fast
-        cube = x if src == "bool" else f"{_T[src]}({_T[src]}({x} * {x}) * {x})"
+        if src == out == "float64":
+            # NumPy's float64 formula loses |w| ulp in the tail (the reference computes in
+            # long double); numba has no long double: numba_math's double-double gelu
+            # (3.5 ulp) with fast math off too
+            self.fast_used["gelu_f64"] = ("gelu", "float64")
+            return f"gelu_f64({x})"
         xd = self.var(key, self.cast(x, src, "float64"))
+        # x**3 in float64, or in an integer's own type (it wraps, as ops._gelu)
+        cube = f"{xd} * {xd} * {xd}" if np.dtype(src).kind == "f" else \
+            self.cast(x if src == "bool" else f"{_T[src]}({_T[src]}({x} * {x}) * {x})",
+                      src, "float64")
         c2, k = self.const(ops.GELU_2C, "float64"), self.const(ops.GELU_K, "float64")
-        w = self.var(key, f"{c2} * ({xd} + {k} * {self.cast(cube, src, 'float64')})")
+        w = self.var(key, f"{c2} * ({xd} + {k} * ({cube}))")
         return self.logistic(w, xd, out, key)
 
     # -- the kernel -------------------------------------------------------------------------

@@ -115,11 +115,6 @@ def _node(G, n, args: list[Bounded]) -> Bounded:
     u = _eps(dt)
     if u:
         ulps = TRANSCENDENTAL_ULPS if op in _TRANSCENDENTAL else ARITH_ULPS
-        if op == "gelu":
-            # gelu's tail is x * e**w: a relative error of w's rounding (a few ulp) is an
-            # error of |w| ulp in the result, for the oracle's float64 formula too
-            x = np.asarray(vals[0])
-            ulps = ulps + 4 * _mag(ops.GELU_2C * (x + ops.GELU_K * (x * x * x)))
         local = ulps * u * _mag(y)
         e = e + np.where(np.isfinite(local), local, 0) + _tiny(dt)
         big = float(np.finfo(np.dtype(dt)).max)
@@ -188,7 +183,7 @@ def _elementwise(op, args: list[Bounded], y, dt):
         e = (ax * eb + bb * ea) / (bb * (bb - eb))
         return np.where(near0, 0.0, e), unc | (near0 & (eb > 0))
     if op == "pow":
-        return _pow(args[0], b, y, unc)
+        return _pow(args[0], b, y, unc, dt)
     if op in ops.COMPARISONS:
         gap = np.abs(np.asarray(x) - np.asarray(b.value)).astype(np.float64) \
             if not np.iscomplexobj(x) else _mag(np.asarray(x) - np.asarray(b.value))
@@ -202,15 +197,21 @@ def _elementwise(op, args: list[Bounded], y, dt):
     raise NotImplementedError(f"oracle: no error rule for op {op!r}")
 
 
-def _pow(a: Bounded, b: Bounded, y, unc):
+def _pow(a: Bounded, b: Bounded, y, unc, dt):
     ax, ea, eb = _mag(a.value), a.err, b.err
-    if np.iscomplexobj(a.value) or np.iscomplexobj(b.value):
-        return np.zeros(np.shape(y)), unc | ((ea > 0) | (eb > 0))
     near0 = ax <= ea * 1.01
+    log_a = np.abs(np.log(np.where(ax > 0, ax, 1.0)))
+    if np.iscomplexobj(a.value) or np.iscomplexobj(b.value):
+        # exp(b log a): the rounding of log a (and of its argument, up to pi) is amplified
+        # by |b|, as a relative error of the result
+        log_a = log_a + np.pi
+        rel = _mag(b.value) * ea / np.where(near0, 1.0, ax - ea) + log_a * eb + \
+            4 * _eps(dt) * _mag(b.value) * log_a
+        e = _mag(y) * np.expm1(np.minimum(rel, 700.0))
+        return np.where(near0, 0.0, e), unc | (near0 & (ea > 0))
     negative_base = (np.real(a.value) < 0) & (eb > 0)
     with np.errstate(all="ignore"):
-        rel = _mag(b.value) * ea / np.where(near0, 1.0, ax - ea) + \
-            np.abs(np.log(np.where(ax > 0, ax, 1.0))) * eb
+        rel = _mag(b.value) * ea / np.where(near0, 1.0, ax - ea) + log_a * eb
     e = _mag(y) * np.expm1(np.minimum(rel, 700.0))
     return np.where(near0, 0.0, e), unc | (near0 & (ea > 0)) | negative_base
 

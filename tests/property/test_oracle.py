@@ -67,7 +67,10 @@ def run_case(config: str, seed: int, size: str) -> None:
             plan = go.compile(g, backend=backend, opt_level=opt_level, cache=False, **options)
             got = as_list(plan(**inputs))
         except go.GraphError as e:
-            assert reference is None, f"{label} raised {e} on a graph the reference runs"
+            # a plan that keeps dead code (opt_level 0) may raise where NumPy, running the
+            # user's whole graph eagerly, would raise too
+            assert reference is None or _raises(lambda: run_graph(g.to_ir(), arrays)), \
+                f"{label} raised {e} on a graph the reference runs"
             return
     assert reference is not None, f"{label} ran a graph the reference refuses"
     for a, b in zip(arrays, before):
@@ -75,6 +78,14 @@ def run_case(config: str, seed: int, size: str) -> None:
     check_against_oracle(G, reference, arrays, label=f"{label} reference")
     check_against_oracle(G, got, arrays, label=label)
     _TALLY[config] = _TALLY.get(config, 0) + 1
+
+
+def _raises(fn) -> bool:
+    try:
+        fn()
+    except go.GraphError:
+        return True
+    return False
 
 
 def live_part(G):
@@ -112,8 +123,22 @@ def fuzz(config):
         pytest.importorskip("dask.distributed")
 
 
+# What the fuzzer found, kept: a dead pow of a negative int (52055); gelu's float64 tail
+# (1); the complex log of a denormal (104); complex pow past complex64's range (8854120);
+# complex pow's rounding amplified by the exponent (5503164).
+FOUND = [(52055, "small"), (1, "timed"), (104, "parallel"), (8854120, "parallel"),
+         (5503164, "small")]
+
+
+def found(test):
+    for seed, size in FOUND:
+        test = example(seed=seed, size=size)(test)
+    return test
+
+
 @pytest.mark.parametrize("config", [c for c in CONFIGS if not c.startswith(("numba", "dask"))])
 @settings(max_examples=EXAMPLES * 4)
+@found
 @given(seed=st.integers(0, 2**31 - 1), size=SIZES)
 def test_reference_backends_match_the_oracle(config, seed, size):
     fuzz(config)
@@ -122,6 +147,7 @@ def test_reference_backends_match_the_oracle(config, seed, size):
 
 @pytest.mark.parametrize("config", [c for c in CONFIGS if c.startswith("numba")])
 @settings(max_examples=EXAMPLES * 2)
+@found
 @given(seed=st.integers(0, 2**31 - 1), size=SIZES)
 def test_numba_forms_match_the_oracle(config, seed, size):
     fuzz(config)
