@@ -83,3 +83,13 @@ def test_examples_run(script, tmp_path):
                          text=True, timeout=300, cwd=tmp_path, env=env)
     assert out.returncode == 0, out.stderr[-3000:]
     assert "graphopt report" in out.stdout
+
+
+@pytest.mark.parametrize("argv", [["demo", "--repeat", "0"], ["demo", "--repeat", "x"],
+                                  ["demo", "--opt-level", "7"], ["bogus"], []])
+def test_usage_errors_exit_2_with_one_line(argv, capsys):       # ISSUE 12: 24
+    with pytest.raises(SystemExit) as e:
+        cli.main(argv)
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "error:" in err and "Traceback" not in err

@@ -305,3 +305,36 @@ def test_contract_caches_and_converts(rng):
     np.testing.assert_allclose(go.contract("i,i", [1.0, 2.0], [3.0, 4.0], backend="numpy"), 11.0)
     with pytest.raises(go.EinsumError, match="label 'j' has size 3 and 4"):
         go.contract("ij,jk", a, np.ones((4, 2)), backend="numpy")
+
+
+def test_non_array_inputs_convert_only_when_exact():             # ISSUE 12: 22
+    g = go.Graph()
+    x = g.input("x", (2,), "int32")
+    b = g.input("b", (2,), "bool")
+    f = g.input("f", (2,), "float32")
+    g.output((x + 1, b, f))
+    plan = go.compile(g, backend="numpy")
+    out = plan(x=[1, 2], b=[True, False], f=[0.1, 1e30])
+    assert out[0].tolist() == [2, 3] and out[1].tolist() == [True, False]
+    assert out[2].dtype == np.float32
+    for kw, why in (({"x": [1.7, 2.9]}, "1.7"), ({"x": [2**40, 1]}, "does not fit"),
+                    ({"x": [2**70, 1]}, "object"), ({"b": ["False", "True"]}, "str"),
+                    ({"b": [2, 0]}, "does not fit"), ({"f": [1e300, 1.0]}, "does not fit"),
+                    ({"x": [1 + 1j, 2]}, "does not fit")):
+        args = {"x": [1, 2], "b": [True, False], "f": [0.5, 1.5], **kw}
+        with pytest.raises(go.InputError, match=why):
+            plan(**args)
+
+
+@pytest.mark.parametrize("backend", ["numpy", "numba"])
+def test_byte_swapped_inputs_through_layout_ops(backend):        # ISSUE 12: 12
+    pytest.importorskip("numba") if backend == "numba" else None
+    g = go.Graph()
+    x = g.input("x", (4, 6), "float32")
+    g.output((go.reshape(go.transpose(x, (1, 0)), (24,)), go.exp(x) + 1))
+    a = np.arange(24, dtype=">f4").reshape(4, 6)
+    keep = a.copy()
+    flat, e = go.compile(g, backend=backend, cache=False)(x=a)
+    np.testing.assert_array_equal(flat, a.T.reshape(24))
+    np.testing.assert_allclose(e, np.exp(a.astype(np.float32)) + 1, rtol=1e-6)
+    np.testing.assert_array_equal(a, keep) and a.dtype.byteorder == ">"

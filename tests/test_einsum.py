@@ -260,3 +260,24 @@ def test_evaluate_many_operands_against_numpy():
         eq = ",".join(terms[i] for i in order) + "->"
         np.testing.assert_allclose(E.evaluate(eq, [arrays[i] for i in order]),
                                    np.einsum("ab,bc,ca->", *arrays), rtol=1e-12)
+
+
+@pytest.mark.parametrize("backend", ["numpy", "numba"])
+@pytest.mark.parametrize("dtypes", [("bool", "bool", "float64"), ("float64", "bool", "bool"),
+                                    ("bool", "int32", "bool"), ("bool", "bool", "bool")])
+def test_three_operands_mixing_bool_follow_numpy_promotion(backend, dtypes):   # ISSUE 12: 3
+    import graphopt as go
+
+    if backend == "numba":
+        pytest.importorskip("numba")
+    rng = np.random.default_rng(5)
+    g = go.Graph()
+    ts = [g.input(f"t{i}", s, dt) for i, (s, dt) in enumerate(zip([(3, 4), (4, 5), (5, 2)],
+                                                                   dtypes))]
+    g.output(go.einsum("ij,jk,kl->il", *ts))
+    arrays = {f"t{i}": (rng.random(s) > 0.3).astype(dt) for i, (s, dt) in
+              enumerate(zip([(3, 4), (4, 5), (5, 2)], dtypes))}
+    want = np.einsum("ij,jk,kl->il", *arrays.values())
+    got = go.compile(g, backend=backend, cache=False)(**arrays)
+    assert got.dtype == want.dtype
+    np.testing.assert_array_equal(got, want)

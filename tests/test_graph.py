@@ -293,3 +293,13 @@ def test_public_api_has_docstrings():
         obj = getattr(go, name)
         if callable(obj):
             assert inspect.getdoc(obj), name
+
+
+@pytest.mark.parametrize("dtype", ["(float32, (2,))", "(99999999999999,)f4", "f4,f4", "U3",
+                                   "O", "not a dtype", 3.5])
+def test_dtypes_numpy_cannot_parse_or_graphopt_does_not_support_are_dtype_errors(dtype):
+    g = go.Graph()                                       # ISSUE 12: 20
+    with pytest.raises(go.DTypeError, match="dtype"):
+        g.input("x", (2,), dtype)
+    with pytest.raises(go.DTypeError, match="dtype"):
+        go.astype(g.input("y", (2,), "float32"), dtype)

@@ -143,6 +143,9 @@ def _const_node(doc):
     (lambda d: d["nodes"][-1]["attrs"].update(axes=["a"]), "malformed attrs"),
     (lambda d: d["nodes"][-1].update(dtype="int32"), "rule gives"),
     (lambda d: [n.pop("name", None) for n in d["nodes"]], "identifier names"),
+    # dtype strings NumPy's parser raises SyntaxError/ValueError on (ISSUE 12: 20)
+    (lambda d: d["nodes"][0].update(dtype="(float32, (2,))"), "unknown dtype"),
+    (lambda d: d["nodes"][0].update(dtype="(99999999999999,)f4"), "unknown dtype"),
 ])
 def test_malformed_documents_raise_graph_error(mutate, pattern):
     doc = _doc()

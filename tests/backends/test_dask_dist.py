@@ -291,3 +291,21 @@ def test_a_worker_killed_mid_run_is_survived(client):
         break
     assert killed, "every run finished before a worker could be killed"
     client.wait_for_workers(2, timeout=30)
+
+
+def test_zero_size_values_and_zero_chunks(client):               # ISSUE 12: 15, 25
+    g = go.Graph()
+    x = g.input("x", (0, 3), "float64")
+    g.output(go.max(x, axis=1))
+    out = go.compile(g, backend="dask", client=client)(x=np.zeros((0, 3)))
+    assert out.shape == (0,) and out.dtype == np.float64
+    g = go.Graph()
+    y = g.input("y", (6, 0, 3), "float64")
+    g.output(go.exp(y) + 1)
+    out = go.compile(g, backend="dask", client=client)(y=np.zeros((6, 0, 3)))
+    assert out.shape == (6, 0, 3)
+    g = go.Graph()
+    z = g.input("z", (4, 10), "float64")
+    g.output(go.exp(z))
+    with pytest.raises(go.GraphError, match="chunks"):
+        go.compile(g, backend="dask", client=client, chunks=(0, 10))(z=np.ones((4, 10)))
