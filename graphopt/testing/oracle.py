@@ -118,8 +118,9 @@ def _node(G, n, args: list[Bounded]) -> Bounded:
         local = ulps * u * _mag(y)
         e = e + np.where(np.isfinite(local), local, 0) + _tiny(dt)
         big = float(np.finfo(np.dtype(dt)).max)
-        mag = _mag(y)
-        unc = unc | (np.isfinite(mag) & (mag + e >= big))     # may overflow in ``dt``
+        for part in ((np.real(y), np.imag(y)) if np.iscomplexobj(y) else (y,)):
+            mag = _mag(part)
+            unc = unc | (np.isfinite(mag) & (mag + e >= big))     # may overflow in ``dt``
         unc = unc | (~np.isfinite(e))
     e = np.where(np.isfinite(_mag(y)), e, 0.0)   # a non-finite value is exact or uncertain
     return Bounded(y, np.broadcast_to(e, y.shape).copy(), np.broadcast_to(unc, y.shape).copy())
@@ -164,8 +165,9 @@ def _elementwise(op, args: list[Bounded], y, dt):
         return np.sqrt(ax + ea) - np.sqrt(np.maximum(ax - ea, 0)), unc | (near0 & (ea > 0) &
                                                                         (np.real(x) < 0))
     if op in ("tanh", "sin", "cos"):
-        return np.minimum(ea * (1.0 + _mag(y) if np.iscomplexobj(x) else 1.0), 2.0) \
-            if op != "tanh" or not np.iscomplexobj(x) else ea * (1.0 + _mag(y) ** 2), unc
+        if np.iscomplexobj(x):   # |sin'| = |cos| <= 1 + |y| (large imaginary parts), tanh' = 1 - y^2
+            return ea * (1.0 + (_mag(y) ** 2 if op == "tanh" else _mag(y))), unc
+        return (ea if op == "tanh" else np.minimum(ea, 2.0)), unc
     if op in ("sigmoid", "gelu"):
         return ea * (0.25 if op == "sigmoid" else 1.2) * (1.0 + np.iscomplexobj(x)), unc
     if op == "square":
@@ -185,8 +187,8 @@ def _elementwise(op, args: list[Bounded], y, dt):
     if op == "pow":
         return _pow(args[0], b, y, unc, dt)
     if op in ops.COMPARISONS:
-        gap = np.abs(np.asarray(x) - np.asarray(b.value)).astype(np.float64) \
-            if not np.iscomplexobj(x) else _mag(np.asarray(x) - np.asarray(b.value))
+        wide = np.complex128 if np.iscomplexobj(x) or np.iscomplexobj(b.value) else np.float64
+        gap = _mag(np.asarray(x).astype(wide) - np.asarray(b.value).astype(wide))
         tie = (ea + b.err > 0) & (gap <= 2 * (ea + b.err))
         return np.zeros(np.shape(y)), unc | tie
     if op == "where":
@@ -210,6 +212,9 @@ def _pow(a: Bounded, b: Bounded, y, unc, dt):
         e = _mag(y) * np.expm1(np.minimum(rel, 700.0))
         return np.where(near0, 0.0, e), unc | (near0 & (ea > 0))
     negative_base = (np.real(a.value) < 0) & (eb > 0)
+    # an exponent within its error of 0: a**0 is 1, but 0**tiny is 0 and inf**tiny inf
+    zero_exponent = (eb > 0) & (_mag(b.value) <= eb) & ((ax == 0) | ~np.isfinite(ax))
+    negative_base = negative_base | zero_exponent
     with np.errstate(all="ignore"):
         rel = _mag(b.value) * ea / np.where(near0, 1.0, ax - ea) + log_a * eb
     e = _mag(y) * np.expm1(np.minimum(rel, 700.0))
@@ -425,7 +430,7 @@ def random_case(seed: int, size: str = "small", n_ops: int | None = None):
         elif len(a.shape) >= 2:
             t = go.transpose(a, tuple(reversed(range(len(a.shape)))))
         else:
-            t = -a
+            t = go.abs(a) if kind == "b" else -a
         live.append(t)
     outs = [live[-1]] + ([live[len(live) // 2]] if rng.random() < 0.4 else [])
     g.output(tuple(outs) if len(outs) > 1 else outs[0])
