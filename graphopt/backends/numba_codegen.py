@@ -79,8 +79,8 @@ _INFIX = {"add": "+", "sub": "-", "mul": "*", "div": "/", "eq": "==", "ne": "!="
           "le": "<=", "gt": ">", "ge": ">="}
 _MATH = ("exp", "log", "sqrt", "tanh", "sin", "cos")
 _GELU_C = math.sqrt(2.0 / math.pi)
-SCALAR_HELPERS = ("cdiv_c64", "cdiv_c128", "cpow_c64", "cpow_c128", "clog_c64", "clog_c128",
-                  "ipow")
+SCALAR_HELPERS = ("cdiv_c64", "cdiv_c128", "crecip_c64", "crecip_c128", "cpow_c64",
+                  "cpow_c128", "clog_c64", "clog_c128", "ipow")
 
 
 class UnsupportedKernel(NotImplementedError):
@@ -419,6 +419,10 @@ class _Source:
         if np.dtype(dt).kind == "c":
             if op == "log":
                 return f"clog_c{np.dtype(dt).itemsize * 8}({x})"
+            if dt == "complex64":
+                # in complex128, rounded once: numba's complex64 sin/cos/exp overflow in
+                # cosh/sinh where the result is still finite (NumPy's csinf scales)
+                return f"np.complex64(cmath.{op}(np.complex128({x})))"
             return f"cmath.{op}({x})"
         return self.fast_call(op, dt, x) or f"np.{op}({x})"
 
@@ -538,7 +542,7 @@ class _Source:
             return f"{x}.conjugate()" if kind == "c" else x
         if op == "reciprocal":
             if kind == "c":
-                return self.cdiv(self.const(1, ct), x, ct)
+                return f"crecip_c{np.dtype(ct).itemsize * 8}({x})"
             if kind == "f":
                 return f"{self.const(1, ct)} / {x}"
             one, m1, z = self.const(1, ct), self.const(-1, ct), self.const(0, ct)

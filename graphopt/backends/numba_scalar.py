@@ -1,6 +1,7 @@
 """NumPy's scalar semantics where numba's own differ, for generated numba kernels.
 
-numba raises ``ZeroDivisionError`` on complex division by zero (NumPy: inf/nan), returns
+numba raises ``ZeroDivisionError`` on complex division by zero (NumPy: inf/nan; its complex
+reciprocal is a loop of its own, nan for 0), returns
 NaN for complex ``0 ** z`` (NumPy: 0 when ``z.real > 0``), loses the complex log of denormal
 values (it rounds ``abs(z)`` first), and returns a value for an integer to a negative integer
 power (NumPy raises). These helpers follow NumPy's C loops
@@ -12,10 +13,42 @@ Each is ``numba.njit(inline="always")``: they sit in a kernel's innermost loop.
 
 from __future__ import annotations
 
+import cmath
+
 import numba
 import numpy as np
 
 _JIT = dict(cache=True, error_model="numpy", inline="always")
+
+
+def _clog(ftype, ctype):
+    zero = ftype(0.0)
+
+    @numba.njit(**_JIT)
+    def clog(z):
+        """``log(z)`` as ``log(max) + log1p((min/max)**2) / 2`` of the parts' magnitudes:
+        accurate for denormal and huge parts, where ``log(abs(z))`` (numba's ``cmath.log``)
+        rounds ``abs(z)`` first (log of a denormal off by 0.06)."""
+        re, im = z.real, z.imag
+        ar, ai = abs(re), abs(im)
+        if ar != ar or ai != ai:
+            lr = np.inf if (ar == np.inf or ai == np.inf) else np.nan
+        else:
+            hi, lo = (ar, ai) if ar >= ai else (ai, ar)
+            if hi == zero:
+                lr = -np.inf
+            elif hi == np.inf:
+                lr = np.inf
+            else:
+                r = lo / hi
+                lr = np.log(hi) + np.log1p(r * r) / ftype(2.0)
+        return ctype(complex(lr, np.arctan2(im, re)))
+
+    return clog
+
+
+clog_c64 = _clog(np.float32, np.complex64)
+clog_c128 = _clog(np.float64, np.complex128)
 
 
 def _complex_ops(ftype, ctype):
@@ -42,6 +75,18 @@ def _complex_ops(ftype, ctype):
             scl = one / (bi + br * rat)
             re, im = (ar * rat + ai) * scl, (ai * rat - ar) * scl
         return ctype(complex(re, im))
+
+    @numba.njit(**_JIT)
+    def crecip(z):
+        """``1 / z`` as NumPy's complex reciprocal loop (not its divide: ``1 / 0`` is nan)."""
+        zr, zi = z.real, z.imag
+        if abs(zi) <= abs(zr):
+            r = zi / zr
+            d = zr + zi * r
+            return ctype(complex(one / d, -r / d))
+        r = zr / zi
+        d = zr * r + zi
+        return ctype(complex(r / d, -one / d))
 
     @numba.njit(**_JIT)
     def cpow(a, b):
@@ -79,33 +124,15 @@ def _complex_ops(ftype, ctype):
             if br < zero:
                 r = cdiv(ctype(complex(one, zero)), r)
             return r
-        return a ** b
+        # C99 cpow, as NumPy's libm: exp(b log a), in complex128 (numba's own a ** b goes
+        # through abs(a) ** b.real / exp(arg(a) b.imag): inf / inf = nan where this is 0)
+        return ctype(cmath.exp(np.complex128(b) * clog_c128(np.complex128(a))))
 
-    @numba.njit(**_JIT)
-    def clog(z):
-        """``log(z)`` as ``log(max) + log1p((min/max)**2) / 2`` of the parts' magnitudes:
-        accurate for denormal and huge parts, where ``log(abs(z))`` (numba's ``cmath.log``)
-        rounds ``abs(z)`` first (log of a denormal off by 0.06)."""
-        re, im = z.real, z.imag
-        ar, ai = abs(re), abs(im)
-        if ar != ar or ai != ai:
-            lr = np.inf if (ar == np.inf or ai == np.inf) else np.nan
-        else:
-            hi, lo = (ar, ai) if ar >= ai else (ai, ar)
-            if hi == zero:
-                lr = -np.inf
-            elif hi == np.inf:
-                lr = np.inf
-            else:
-                r = lo / hi
-                lr = np.log(hi) + np.log1p(r * r) / ftype(2.0)
-        return ctype(complex(lr, np.arctan2(im, re)))
-
-    return cdiv, cpow, clog
+    return cdiv, crecip, cpow
 
 
-cdiv_c64, cpow_c64, clog_c64 = _complex_ops(np.float32, np.complex64)
-cdiv_c128, cpow_c128, clog_c128 = _complex_ops(np.float64, np.complex128)
+cdiv_c64, crecip_c64, cpow_c64 = _complex_ops(np.float32, np.complex64)
+cdiv_c128, crecip_c128, cpow_c128 = _complex_ops(np.float64, np.complex128)
 
 
 @numba.njit(**_JIT)
