@@ -247,9 +247,17 @@ def _reduction(op, attrs, a: Bounded, y, dt):
         return e, unc
     mag = np.sum(_mag(a.value), axis=axes, keepdims=keep)
     e = np.sum(a.err, axis=axes, keepdims=keep) + (count + 1) * _eps(dt) * mag
+    unc = unc | _partial_sums_may_overflow(mag, dt)
     if op == "mean":
         e = e / max(count, 1)
     return e, unc
+
+
+def _partial_sums_may_overflow(abs_sum, dt):
+    """A sum whose terms' magnitudes add up past ``dt``'s range: a partial sum (in whatever
+    order the implementation adds) may overflow although the total fits."""
+    dt = np.dtype(dt)
+    return abs_sum >= float(np.finfo(dt).max) if dt.kind in "fc" else False
 
 
 def _einsum(eq, args: list[Bounded], y, dt):
@@ -262,8 +270,12 @@ def _einsum(eq, args: list[Bounded], y, dt):
     base = np.asarray(evaluate(eq, mags))
     grown = np.asarray(evaluate(eq, [m + a.err for m, a in zip(mags, args)]))
     e = (grown - base) + (summed + len(args) + 1) * _eps(dt) * base
-    unc = np.asarray(evaluate(eq, [a.uncertain.astype(np.float64) for a in args])) > 0
-    return e, unc
+    # an output element is uncertain if any term of its sum has an uncertain factor
+    ones = [np.ones(np.shape(a.value)) for a in args]
+    hits = sum(np.asarray(evaluate(eq, [a.uncertain.astype(np.float64) if j == k else ones[j]
+                                        for j, a in enumerate(args)]))
+               for k in range(len(args)))
+    return e, (hits > 0) | _partial_sums_may_overflow(base, dt)
 
 
 def check_against_oracle(G, outputs, inputs, *, label: str = "") -> None:
