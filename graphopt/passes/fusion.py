@@ -17,6 +17,7 @@ nodes":
   with elementwise ops over the rows and over the per-row values, e.g. softmax, layer norm,
   logsumexp: backends make one pass over a row per level of reductions.
 
+A group holds at most ``MAX_GROUP_OPS`` ops (a longer chain becomes several groups).
 Size-1 constants used by members are copied into the group (literals in the kernel). A
 group of one op that absorbed nothing is left alone. An expensive op (exp, tanh, ...) whose
 value a kernel would recompute across a broadcast is left outside.
@@ -319,7 +320,15 @@ def _reaches_group(G, starts, members, pos, limit) -> int | None:
     return None
 
 
+# Members per group at most: LLVM's compile time grows faster than linearly with the size of
+# one kernel (200 inlined tanh: 24 s, 600: 240 s), and a longer chain runs as several kernels
+# at almost the same speed.
+MAX_GROUP_OPS = 64
+
+
 def _refusal(G, members, p, pos, outputs, root) -> str:
+    if len(members) >= MAX_GROUP_OPS:
+        return f"the group is full ({MAX_GROUP_OPS} ops: bounds the kernel's compile time)"
     if p in outputs:
         return "multiple external users: it is a graph output"
     outside = [v for v in ir.users(G, p) if v not in members]

@@ -220,9 +220,42 @@ def test_a_chain_of_any_length_compiles():                        # defect 14
     for form, _ in FORMS[:3]:
         got, plan = run(g, form, x=a)
         np.testing.assert_allclose(got, reference(g, x=a), rtol=1e-12)
-    src, _ = cg.generate_source(plan.graph.nodes[plan.steps[0].node]["attrs"]["graph"],
-                                "elementwise", fast_math=False)
-    assert src.count("np.tanh(") == 600
+    # the generator walks operand chains iteratively: one group of any length compiles
+    big = max(plan.steps, key=lambda s: len(s.op_kinds))
+    sub = plan.graph.nodes[big.node]["attrs"]["graph"]
+    chain = sub
+    for _ in range(9):       # 10 groups' worth (640 ops) in one sub-graph, deeper than
+        chain = _append_chain(chain, sub)     # Python's recursion limit allows recursing
+    src, _ = cg.generate_source(chain, "elementwise", fast_math=False)
+    assert src.count("np.tanh(") == 10 * src_tanh(sub) > 200
+    # the fusion pass splits the chain: groups of at most MAX_GROUP_OPS ops
+    from graphopt.passes.fusion import MAX_GROUP_OPS
+
+    fused = [s for s in plan.steps if s.op_kinds and len(s.op_kinds) > 1]
+    assert len(fused) >= 1200 // MAX_GROUP_OPS and \
+        all(sum(k != "const" for k in s.op_kinds) <= MAX_GROUP_OPS for s in fused)
+
+
+def src_tanh(sub) -> int:
+    return sum(sub.nodes[n]["op"] == "tanh" for n in sub)
+
+
+def _append_chain(a, b):
+    """The sub-graph computing ``b(a(x))``: ``b``'s input replaced by ``a``'s output."""
+    from graphopt import ir
+
+    H = ir.copy_graph(a)
+    (a_out,) = a.graph["outputs"]
+    (b_in,) = b.graph["inputs"]
+    new = {b_in: a_out}
+    for n in ir.topo_order(b):
+        d = b.nodes[n]
+        if n == b_in:
+            continue
+        new[n] = ir.add_node(H, d["op"], [new[u] for u in ir.operands(b, n)], d["shape"],
+                             d["dtype"], d["attrs"], src=d.get("src"))
+    H.graph["outputs"] = [new[b.graph["outputs"][0]]]
+    return H
 
 
 def test_kernel_forms_option_is_validated():
