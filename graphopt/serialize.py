@@ -19,6 +19,7 @@ import base64
 import json
 import math
 import os
+import tempfile
 
 import networkx as nx
 import numpy as np
@@ -76,14 +77,18 @@ def save(graph, path) -> None:
     from .graph import Graph
 
     G = graph.to_ir() if isinstance(graph, Graph) else graph
-    text = graph_to_json(G)
-    tmp = f"{os.fspath(path)}.tmp{os.getpid()}"
+    write_atomic(os.fspath(path), graph_to_json(G))
+
+
+def write_atomic(path: str, text: str) -> None:
+    """Write ``text`` to ``path`` through a temporary file in the same directory and a
+    rename: nothing is ever partially written, and on failure ``path`` is untouched."""
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(path)), suffix=".tmp")
     try:
-        with open(tmp, "w", encoding="utf-8") as f:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
         os.replace(tmp, path)
     except BaseException:
-        # Nothing partially written: the temporary file goes, ``path`` is untouched.
         if os.path.exists(tmp):
             os.remove(tmp)
         raise

@@ -30,6 +30,8 @@ import tempfile
 import threading
 import warnings
 
+from ..serialize import write_atomic
+
 _lock = threading.RLock()
 _private: str | None = None   # the per-process fallback directory, once made
 _warned: set = set()
@@ -94,18 +96,6 @@ def cache_dir() -> str:
     return _private_dir()
 
 
-def _write_atomic(path: str, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
 def source_digest(source: str) -> str:
     return hashlib.sha256(source.encode()).hexdigest()[:24]
 
@@ -131,7 +121,7 @@ def load_module(source: str):
         except (OSError, UnicodeDecodeError):
             ok = False
         if not ok:
-            _write_atomic(path, source)
+            write_atomic(path, source)
         try:
             return _exec_module(modname, path)
         except Exception as e:
@@ -189,7 +179,7 @@ def read_json(name: str, valid) -> object | None:
 
 
 def write_json(name: str, doc) -> None:
-    _write_atomic(os.path.join(cache_dir(), name), json.dumps(doc))
+    write_atomic(os.path.join(cache_dir(), name), json.dumps(doc))
 
 
 _INVALID = object()
