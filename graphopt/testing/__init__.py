@@ -2,12 +2,18 @@
 
 ``graphs()``, ``einsum_equations()`` and ``inputs_for(graph)`` are hypothesis strategies;
 ``assert_pass_preserves_semantics(pass_)`` property-tests a pass against the interpreter;
-``check_same_semantics(G, H, name)`` compares two IRs on random inputs.
+``check_same_semantics(G, H, name)`` compares two IRs on random inputs;
+``check_against_oracle(G, outputs, inputs)`` holds outputs to a float64/complex128 NumPy
+oracle with propagated error bounds (``oracle.py``), and ``random_case(seed)`` makes the
+random graphs the differential fuzzer feeds it (``fuzz.py``).
 """
 
+from .fuzz import random_case
+from .oracle import check_against_oracle, oracle
 from .semantics import (assert_pass_preserves_semantics, check_pass_once, check_same_semantics,
                         graph_text, tolerance)
 from .strategies import einsum_equations, graphs, inputs_for
 
 __all__ = ["graphs", "einsum_equations", "inputs_for", "assert_pass_preserves_semantics",
-           "check_same_semantics", "check_pass_once", "graph_text", "tolerance"]
+           "check_same_semantics", "check_pass_once", "graph_text", "tolerance",
+           "check_against_oracle", "oracle", "random_case"]

@@ -23,7 +23,8 @@ import graphopt as go
 from graphopt.backends import BACKENDS
 from graphopt.interpreter import run_graph
 from graphopt.plan import bind_inputs
-from graphopt.testing.oracle import check_against_oracle, random_case
+from graphopt.testing.fuzz import random_case
+from graphopt.testing.oracle import check_against_oracle
 
 BLOCKED = {"fused": "numpy-blocked", "contraction": "numpy-einsum"}
 LOOP = {"fused": "numba-fused", "contraction": "blas-gemm"}
