@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import math
 import numbers
-import os
 import threading
 import time
 import warnings
@@ -21,6 +20,7 @@ from . import ir
 from .backends import BACKENDS, get_backend
 from .errors import GraphError
 from .graph import Graph
+from .pool import env_number as _env_number
 from .passes.manager import (PASS_OPTIONS, PassContext, PassManager, check_pass_names,
                              env_disabled, pipeline_for)
 from .report import OptimizationReport
@@ -30,7 +30,7 @@ _CACHE: "OrderedDict[tuple, object]" = OrderedDict()
 # next call add up to at most this many bytes (the least recently compiled give theirs back
 # first): a plan the user dropped does not keep its working memory.
 CACHE_ENTRIES = 256
-CACHE_ARENA_BYTES = int(os.environ.get("GRAPHOPT_PLAN_CACHE_BYTES", 64 << 20))
+CACHE_ARENA_BYTES = int(_env_number("GRAPHOPT_PLAN_CACHE_BYTES", 64 << 20))
 _cache_lock = threading.Lock()
 _warned_fallback = False
 

@@ -20,7 +20,8 @@ DEFAULT_MAX_CACHED_BYTES = 256 << 20
 DEFAULT_IDLE_SECONDS = 30.0
 
 
-def _env_number(name: str, default: float) -> float:
+def env_number(name: str, default: float) -> float:
+    """A non-negative number from the environment, else ``default`` (never an error)."""
     try:
         v = float(os.environ.get(name, default))
     except ValueError:
@@ -54,9 +55,9 @@ class TensorPool:
     def __init__(self, backend, max_cached_bytes: int | None = None,
                  idle_seconds: float | None = None):
         self.backend = backend
-        self.max_cached_bytes = int(_env_number("GRAPHOPT_POOL_BYTES", DEFAULT_MAX_CACHED_BYTES)
+        self.max_cached_bytes = int(env_number("GRAPHOPT_POOL_BYTES", DEFAULT_MAX_CACHED_BYTES)
                                     if max_cached_bytes is None else max_cached_bytes)
-        self.idle_seconds = (_env_number("GRAPHOPT_POOL_IDLE_SECONDS", DEFAULT_IDLE_SECONDS)
+        self.idle_seconds = (env_number("GRAPHOPT_POOL_IDLE_SECONDS", DEFAULT_IDLE_SECONDS)
                              if idle_seconds is None else idle_seconds)
         self.stats = PoolStats()
         self._free: dict[int, list] = {}   # nbytes -> [(buffer, released at), ...]
