@@ -34,7 +34,7 @@ import threading
 import numpy as np
 
 from .. import cost, ir
-from ..errors import GraphError
+from ..errors import VALUE_ERRORS, GraphError
 from ..memory import naive_memory_plan
 from ..plan import Kernel, StepsIntrospection, Step, bind_inputs, restructure
 from .base import Backend, register_backend
@@ -302,7 +302,16 @@ class DaskPlan(StepsIntrospection):
             return restructure(self._struct, self._fresh(run_graph(self.graph, arrays),
                                                          arrays))
         outs = self._build(self._dask_inputs(arrays))
-        results = compute(outs, self.options.get("client"), self.options.get("progress", "auto"))
+        try:
+            results = compute(outs, self.options.get("client"),
+                              self.options.get("progress", "auto"))
+        except VALUE_ERRORS as e:
+            # a value NumPy refuses inside a block task (an integer to a negative integer
+            # power): the user's error, named, as on every other backend
+            ops_ = sorted({d["op"] for _, d in self.graph.nodes(data=True)
+                           if d["op"] not in ("input", "const")})
+            raise GraphError(f"{type(e).__name__} while computing on dask: {e} (the graph's "
+                             f"ops: {', '.join(ops_)})") from e
         return restructure(self._struct, self._fresh(results, arrays))
 
     def _fresh(self, results: list, inputs: list) -> list:

@@ -129,6 +129,7 @@ def fuzz(config):
 # complex pow's rounding amplified by the exponent (5503164).
 FOUND = [(52055, "small"), (1, "timed"), (104, "parallel"), (8854120, "parallel"),
          (5503164, "small")]
+# dask: a NumPy value error inside a block task surfaced as ValueError (472987779).
 
 
 def found(test):
@@ -157,6 +158,7 @@ def test_numba_forms_match_the_oracle(config, seed, size):
 
 @pytest.mark.dist
 @settings(max_examples=max(EXAMPLES // 4, 1))
+@example(seed=472987779, size="small")
 @given(seed=st.integers(0, 2**31 - 1), size=st.just("small"))
 def test_dask_matches_the_oracle(seed, size):
     fuzz("dask-o2")
