@@ -27,7 +27,9 @@ Kernels loop over the output with ``prange`` over the outer dimension(s) (one th
 ``PARALLEL_MIN`` elements); dims are collapsed wherever every operand is contiguous across
 them, so the common case is one flat loop LLVM vectorizes, and values invariant in an inner
 loop are computed outside it. Transcendentals call ``numba_math.FAST[(op, dtype)]``
-approximations when ``fast_math`` is set, exact ``np.*``/``cmath.*`` otherwise. Reductions
+approximations when ``fast_math`` is set (those in ``numba_math.KERNEL_SAFE``: not sin/cos),
+exact ``np.*``/``cmath.*`` otherwise; kernels carry no LLVM fast-math flags, and where
+numba's scalar semantics differ from NumPy's they call ``numba_scalar``. Reductions
 accumulate float32 in float64 and complex64 in complex128 (NumPy sums pairwise in the input
 type: results agree within rounding). Parallel launches go through ``launch``, which
 serializes them where numba's threading layer is not thread-safe.
@@ -583,7 +585,8 @@ class _Source:
 
     def gelu(self, x, src, out, key) -> str:
         """GELU as ``ops._gelu``: ``x * sigmoid(w)``, ``w = 2 sqrt(2/pi) (x + k x**3)`` in
-        float64 with ``x**3`` in ``x``'s own type; numba_math's form when fast."""
+        float64 with ``x**3`` in float64 (in an integer's own type: it wraps);
+        numba_math's double-double form for float64 and when fast."""
         if np.dtype(out).kind == "c":
             h, one = self.const(0.5, out), self.const(1.0, out)
             c, k = self.const(_GELU_C, out), self.const(ops.GELU_K, out)
