@@ -1,9 +1,17 @@
-"""Run every workload under every peer in one process and print the comparison.
+"""Run every workload under every peer and print the comparison, twice: every library
+pinned to one core, and every library at its defaults on all the cores this process has.
 
     python -m benchmarks.run [--workloads mlp,chain] [--peers graphopt,numpy,jax]
-                             [--threads N] [--json out.json] [--quick]
+                             [--mode both|pinned|default] [--threads N]
+                             [--json out.json] [--quick]
 
-Each peer runs after warm-up; the table gives median ms per call (min/max in the JSON), the
+``--mode both`` (the default) runs one process per mode (thread settings must be made before
+NumPy, numba, JAX or torch start their pools) and prints a table for each, then the parallel
+speedup (pinned time / default time) of every peer. ``pinned``: this process on its first
+allowed core, every library told to use one thread. ``default``: nothing set. ``--threads N``
+runs once in this process with N threads for every library.
+
+Each peer runs after warm-up; a table gives median ms per call (min/max in the JSON), the
 ratio best-peer / graphopt (> 1: graphopt is faster), compile times, and graphopt's planned
 memory against NumPy eager's measured peak. ``--quick`` shrinks every workload for a smoke run.
 """
@@ -22,7 +30,10 @@ def _parse(argv):
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--workloads", default="all", help="comma list (default: all)")
     p.add_argument("--peers", default="all", help="comma list (default: all)")
-    p.add_argument("--threads", type=int, default=None, help="threads for every library")
+    p.add_argument("--mode", choices=("both", "pinned", "default"), default="both",
+                   help="pinned to one core, library defaults, or both (default)")
+    p.add_argument("--threads", type=int, default=None,
+                   help="run once, in this process, with N threads for every library")
     p.add_argument("--json", default=None, help="write all results to this file")
     p.add_argument("--quick", action="store_true", help="tiny shapes, few repeats (smoke test)")
     p.add_argument("--min-time", type=float, default=1.0, help="seconds of timing per peer")
@@ -33,7 +44,8 @@ def _parse(argv):
 
 def _set_threads(n: int) -> None:
     # Must happen before numpy/numba/jax/torch are imported.
-    for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMBA_NUM_THREADS"):
+    for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMBA_NUM_THREADS",
+                "GRAPHOPT_NUM_THREADS"):
         os.environ[var] = str(n)
     os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") +
                                f" --xla_cpu_multi_thread_eigen={'true' if n > 1 else 'false'}")
@@ -92,10 +104,79 @@ def cached_compile_seconds(name: str, scale: float) -> float | None:
         return None
 
 
+def _pin_to_one_core() -> None:
+    """This process (and the threads it starts) on its first allowed core, one thread per
+    library: ``taskset -c 0 ... --threads 1``."""
+    os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
+    _set_threads(1)
+
+
+def run_modes(argv: list[str], args) -> int:
+    """One child process per mode; merge their JSON, print both tables and the speedups."""
+    import tempfile
+
+    results = {"modes": {}, "quick": args.quick}
+    with tempfile.TemporaryDirectory() as tmp:
+        for mode in ("pinned", "default"):
+            path = os.path.join(tmp, f"{mode}.json")
+            child = [a for a in argv if a not in ("--mode", "both")]
+            if "--json" in child:
+                i = child.index("--json")
+                del child[i:i + 2]
+            print(f"\n######## {mode}: " + ("every library pinned to one core, one thread"
+                                           if mode == "pinned" else
+                                           "every library at its defaults, all cores"))
+            sys.stdout.flush()
+            rc = subprocess.run([sys.executable, "-m", "benchmarks.run", *child, "--mode", mode,
+                                 "--json", path],
+                                cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+            if rc.returncode != 0:
+                return rc.returncode
+            with open(path) as f:
+                results["modes"][mode] = json.load(f)
+    pnames = _peer_names(args)
+    for mode, res in results["modes"].items():
+        print(f"\n{mode} ({'one core' if mode == 'pinned' else 'default threads'}):\n"
+              + markdown_table(res, pnames))
+    print("\nparallel speedup (pinned ms / default ms):\n" + speedup_table(results, pnames))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=1, default=str)
+    return 0
+
+
+def _peer_names(args) -> list[str]:
+    from . import peers
+
+    pnames = list(peers.PEERS) if args.peers == "all" else args.peers.split(",")
+    if args.quick and args.peers == "all":
+        pnames = ["graphopt", "numpy", "opt_einsum"]
+    return pnames
+
+
+def speedup_table(results: dict, pnames: list[str]) -> str:
+    """Per workload and peer, its pinned median over its default-threads median."""
+    pinned, default = (results["modes"][m]["workloads"] for m in ("pinned", "default"))
+    lines = ["| workload | " + " | ".join(pnames) + " |", "|---" * (len(pnames) + 1) + "|"]
+    for wname in pinned:
+        cells = []
+        for p in pnames:
+            a = pinned[wname]["peers"].get(p, {}).get("median_ms")
+            b = default.get(wname, {}).get("peers", {}).get(p, {}).get("median_ms")
+            cells.append(f"{a / b:.2f}" if a and b else "–")
+        lines.append(f"| {wname} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def main(argv=None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = _parse(argv)
     if args.threads:
         _set_threads(args.threads)
+    elif args.mode == "both":
+        return run_modes(argv, args)
+    elif args.mode == "pinned":
+        _pin_to_one_core()
     import numpy as np
 
     from . import machine, peers
@@ -104,14 +185,14 @@ def main(argv=None) -> int:
     scale = 0.125 if args.quick else 1.0
     min_time = 0.05 if args.quick else args.min_time
     wnames = list(ALL) if args.workloads == "all" else args.workloads.split(",")
-    pnames = list(peers.PEERS) if args.peers == "all" else args.peers.split(",")
-    if args.quick and args.peers == "all":
-        pnames = ["graphopt", "numpy", "opt_einsum"]
+    pnames = _peer_names(args)
     for w in wnames:
         if w not in ALL:
             print(f"unknown workload {w!r}; choose from {', '.join(ALL)}", file=sys.stderr)
             return 2
-    results = {"machine": {}, "workloads": {}, "threads": args.threads, "quick": args.quick}
+    mode = f"threads={args.threads}" if args.threads else args.mode
+    results = {"machine": {}, "workloads": {}, "threads": args.threads, "mode": mode,
+               "cores": sorted(os.sched_getaffinity(0)), "quick": args.quick}
     if not args.quick:
         results["machine"] = {"gemm_gflops_f32": machine.gemm_gflops(2048, "float32"),
                               "gemm_gflops_f64": machine.gemm_gflops(2048, "float64"),

@@ -13,12 +13,13 @@ from .jit import contract, jit
 from .plan import Plan
 from .report import OptimizationReport
 from .serialize import load, save
+from .threads import thread_budget
 
 __version__ = "0.1.0"
 
 __all__ = [
     "Graph", "Tensor", "Plan", "OptimizationReport", "compile", "jit", "contract", "save",
-    "load", "GraphError", "ShapeError", "DTypeError", "EinsumError", "InputError",
+    "load", "thread_budget", "GraphError", "ShapeError", "DTypeError", "EinsumError", "InputError",
     "einsum", "matmul", "exp", "log", "sqrt", "abs", "neg", "tanh", "sigmoid", "relu", "gelu",
     "sin", "cos", "square", "reciprocal", "conj", "real", "imag", "add", "sub", "mul", "div",
     "pow", "maximum", "minimum", "where", "equal", "not_equal", "less", "less_equal",

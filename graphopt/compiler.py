@@ -24,6 +24,7 @@ from .pool import env_number as _env_number
 from .passes.manager import (PASS_OPTIONS, PassContext, PassManager, check_pass_names,
                              env_disabled, pipeline_for)
 from .report import OptimizationReport
+from .threads import check_threads
 
 _CACHE: "OrderedDict[tuple, object]" = OrderedDict()
 # The compile cache holds at most this many plans, and the arenas its plans keep for their
@@ -88,7 +89,7 @@ def _check_options(options: dict, pass_list, disable) -> None:
     if unknown:
         raise GraphError(f"compile: unknown option(s) {unknown}; valid options: "
                          f"backend, opt_level, memory_limit, optimize, passes, disable, cache, "
-                         f"debug, {', '.join(sorted(known))}")
+                         f"debug, threads, {', '.join(sorted(known))}")
     check_pass_names([p for p in pass_list if isinstance(p, str)], "passes")
     given = {getattr(p, "pass_name", getattr(p, "__name__", None)) for p in pass_list}
     check_pass_names(set(disable) - given, "disable")
@@ -113,7 +114,7 @@ def _option_key(v):
 
 def compile(graph, backend: str = "auto", opt_level: int = 2, memory_limit=None,
             optimize="auto", passes=None, disable=(), cache: bool = True, debug: bool | None = None,
-            **options):
+            threads: int | None = None, **options):
     """Compile a graph into a ``Plan``.
 
     Args:
@@ -128,6 +129,9 @@ def compile(graph, backend: str = "auto", opt_level: int = 2, memory_limit=None,
         disable: pass names to skip.
         cache: reuse a plan compiled before with the same graph and options.
         debug: check every pass against the interpreter on random inputs.
+        threads: the plan's thread budget, shared by BLAS and generated kernels (default
+            ``$GRAPHOPT_NUM_THREADS``, else every core this process may use; a call inside
+            ``with go.thread_budget(n)`` uses ``n``).
         **options: backend options (e.g. ``fast_math=False``, ``cuda_graph=True``).
 
     Returns:
@@ -143,6 +147,8 @@ def compile(graph, backend: str = "auto", opt_level: int = 2, memory_limit=None,
         disable = {disable}
     pass_list = list(passes) if passes is not None else pipeline_for(opt_level)
     _check_options(options, pass_list, disable)
+    if check_threads(threads, "compile(threads=)") is not None:
+        options["threads"] = threads
     key = (ir.structural_hash(G), backend_name, opt_level, memory_limit, _option_key(optimize),
            _option_key([p if isinstance(p, str) else _UNCACHEABLE for p in pass_list]),
            _option_key(set(disable) | env_disabled()), _option_key(options), debug)

@@ -17,6 +17,7 @@ from typing import Any, Callable, Sequence
 import networkx as nx
 import numpy as np
 
+from . import threads
 from .errors import VALUE_ERRORS, GraphError, InputError
 
 ALIGN = 64  # bytes: cache-line (and AVX-512) aligned buffers
@@ -28,6 +29,8 @@ class Kernel:
 
     ``source`` is readable code (generated source, or the library call it makes) and
     ``impl`` names the implementation chosen (e.g. ``numpy``, ``blas-gemm``, ``numba-fused``).
+    ``uses_threads``: the kernel spreads over the call's threads (BLAS, parallel loops or
+    blocks); otherwise it runs on the calling thread alone.
     """
 
     name: str
@@ -36,6 +39,7 @@ class Kernel:
     impl: str
     node: int | None = None
     details: dict = field(default_factory=dict)
+    uses_threads: bool = False
 
     def __repr__(self) -> str:
         return f"Kernel({self.name!r}, impl={self.impl!r})"
@@ -236,6 +240,7 @@ class Plan(StepsIntrospection):
         self.pool = pool
         self.report = report
         self.options = dict(options or {})
+        self.threads = threads.check_threads(self.options.get("threads"), "threads")
         self._input_slots = tuple(input_slots)
         self._output_slots = tuple(output_slots)
         self._init_vals = list(init_vals)
@@ -348,8 +353,10 @@ class Plan(StepsIntrospection):
         return list(args)
 
     def run(self, arrays: list):
-        """Execute on already-bound inputs (see ``bind``)."""
+        """Execute on already-bound inputs (see ``bind``), with this call's share of the
+        thread budget (``graphopt.threads``)."""
         arena = self._checkout()
+        threads.enter_call(self.threads)
         try:
             vals, outs = arena.vals, arena.outs
             for slot, a in zip(self._input_slots, arrays):
@@ -363,6 +370,7 @@ class Plan(StepsIntrospection):
         except VALUE_ERRORS as e:
             raise step_error(self.steps[i], e) from e
         finally:
+            threads.exit_call()
             self._checkin(arena)
         return restructure(self._struct, self.backend.finish(results, self.options))
 

@@ -18,16 +18,23 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from . import threads
 from .errors import GraphError
 
 OVERHEAD_NS = 20_000  # below this a step's time is launch/dispatch cost, not work
 OVERHEAD_FACTOR = 10.0  # this far above its roofline time, a step is bound by neither roof
+OVERSUBSCRIBED_FACTOR = 1.25  # busy cores beyond this multiple of a step's threads
 
 
 @dataclass
 class StepEvent:
     """One step of one recorded repeat: ``name, op_kinds, start_ns, end_ns, flops, bytes``,
-    plus where it comes from (``step`` index, ``repeat`` index) and what it ran."""
+    plus where it comes from (``step`` index, ``repeat`` index) and what it ran.
+
+    ``threads``: the threads the step was given (the call's budget for a kernel that uses
+    threads, else 1); ``cpu_ns``: CPU time the whole process spent during the step, so
+    ``cpu_ns / duration_ns`` is how many cores were busy (above ``threads``: thread pools
+    spinning or oversubscribed; other threads of the process count too)."""
 
     name: str
     op_kinds: tuple
@@ -41,10 +48,17 @@ class StepEvent:
     dtype: str = ""
     impl: str = ""
     srcs: tuple = ()
+    threads: int = 1
+    cpu_ns: int = 0
 
     @property
     def duration_ns(self) -> int:
         return self.end_ns - self.start_ns
+
+    @property
+    def busy_cores(self) -> float:
+        """CPU time over wall time: the cores busy during the step."""
+        return self.cpu_ns / self.duration_ns if self.duration_ns > 0 else 0.0
 
 
 @dataclass
@@ -61,14 +75,23 @@ class Bottleneck:
     gflops: float
     gbs: float
     fraction: float
+    threads: int = 1
+    busy_cores: float = 0.0
+
+    @property
+    def oversubscribed(self) -> bool:
+        """More cores busy than the step was given threads (pools spinning or fighting)."""
+        return self.busy_cores > self.threads * OVERSUBSCRIBED_FACTOR + 0.25
 
     def __str__(self) -> str:
         return self.row(len(self.name) + 1)
 
     def row(self, width: int) -> str:
         """This record as a table row whose name column is ``width`` wide."""
+        flag = "  oversubscribed" if self.oversubscribed else ""
         return (f"{self.name:<{width}}{self.bound:<10}{self.time_ns / 1e3:>11.1f}"
-                f"{self.gflops:>10.2f}{self.gbs:>9.2f}{self.fraction:>9.1%}")
+                f"{self.gflops:>10.2f}{self.gbs:>9.2f}{self.fraction:>9.1%}"
+                f"{self.threads:>5}{self.busy_cores:>7.2f}{flag}")
 
 
 class Bottlenecks(list):
@@ -82,7 +105,8 @@ class Bottlenecks(list):
         head = ", ".join(f"{k} {v:.1f}" for k, v in sorted(self.peaks.items()))
         w = max([len(b.name) + 2 for b in self] + [6])
         lines = [f"peaks: {head}",
-                 f"{'step':<{w}}{'bound':<10}{'us':>11}{'GFLOP/s':>10}{'GB/s':>9}{'of peak':>9}"]
+                 f"{'step':<{w}}{'bound':<10}{'us':>11}{'GFLOP/s':>10}{'GB/s':>9}{'of peak':>9}"
+                 f"{'thr':>5}{'cores':>7}"]
         return "\n".join(lines + [b.row(w) for b in self])
 
 
@@ -146,12 +170,14 @@ class Profile:
     def __repr__(self) -> str:
         return f"Profile({len(self.events)} events, repeat={self.repeat})"
 
-    def _rows(self) -> list[tuple[StepEvent, float]]:
-        """Per step, slowest first: its first event and its median time in ns."""
+    def _rows(self) -> list[tuple[StepEvent, float, float]]:
+        """Per step, slowest first: its first event, its median time in ns and its median
+        busy cores."""
         by_step: dict[int, list[StepEvent]] = {}
         for e in self.events:
             by_step.setdefault(e.step, []).append(e)
-        rows = [(evs[0], statistics.median(e.duration_ns for e in evs))
+        rows = [(evs[0], statistics.median(e.duration_ns for e in evs),
+                 statistics.median(e.busy_cores for e in evs))
                 for _, evs in sorted(by_step.items())]
         return sorted(rows, key=lambda r: -r[1])
 
@@ -159,18 +185,19 @@ class Profile:
         """A table, one row per step, slowest first: median time over repeats, share of the
         summed medians, GFLOP/s, GB/s, implementation and shape; then a total line."""
         rows = self._rows()
-        total = sum(t for _, t in rows)
-        w = max([len(e.name) + 2 for e, _ in rows] + [18])
-        lines = [f"{'step':<{w}}{'us':>11}{'share':>8}{'GFLOP/s':>10}{'GB/s':>9}  "
-                 f"{'impl':<26}shape"]
-        for e, t in rows:
+        total = sum(t for _, t, _ in rows)
+        w = max([len(e.name) + 2 for e, _, _ in rows] + [18])
+        lines = [f"{'step':<{w}}{'us':>11}{'share':>8}{'GFLOP/s':>10}{'GB/s':>9}{'thr':>5}"
+                 f"{'cores':>7}  {'impl':<26}shape"]
+        for e, t, busy in rows:
             lines.append(f"{e.name:<{w}}{t / 1e3:>11.1f}{t / total if total else 0:>8.1%}"
-                         f"{_rate(e.flops, t):>10.2f}{_rate(e.bytes, t):>9.2f}  "
-                         f"{e.impl[:25]:<26}{e.shape} {e.dtype}")
-        flops, nbytes = sum(e.flops for e, _ in rows), sum(e.bytes for e, _ in rows)
+                         f"{_rate(e.flops, t):>10.2f}{_rate(e.bytes, t):>9.2f}{e.threads:>5}"
+                         f"{busy:>7.2f}  {e.impl[:25]:<26}{e.shape} {e.dtype}")
+        flops, nbytes = sum(e.flops for e, _, _ in rows), sum(e.bytes for e, _, _ in rows)
         lines.append(f"{f'total ({len(rows)} steps)':<{w}}{total / 1e3:>11.1f}"
                      f"{1 if total else 0:>8.0%}{_rate(flops, total):>10.2f}"
-                     f"{_rate(nbytes, total):>9.2f}  (median of {self.repeat} runs)")
+                     f"{_rate(nbytes, total):>9.2f}  (median of {self.repeat} runs; thr: "
+                     f"threads given, cores: CPU time / wall time)")
         return "\n".join(lines)
 
     def __str__(self) -> str:
@@ -200,7 +227,7 @@ class Profile:
         """
         peaks = machine_peaks() if peaks is None else dict(peaks)
         out = []
-        for e, t in self._rows():
+        for e, t, busy in self._rows():
             pf, pb = _flop_peak(peaks, e.dtype), float(peaks.get("gbs", 0.0))
             tc = e.flops / pf if pf > 0 else 0.0  # GFLOP/s == FLOP/ns
             tm = e.bytes / pb if pb > 0 else 0.0
@@ -210,7 +237,8 @@ class Profile:
             else:
                 bound = "compute" if tc >= tm else "memory"
             frac = gflops / pf if tc >= tm and pf > 0 else gbs / pb if pb > 0 else 0.0
-            out.append(Bottleneck(e.step, e.name, bound, t, gflops, gbs, frac))
+            out.append(Bottleneck(e.step, e.name, bound, t, gflops, gbs, frac, e.threads,
+                                  busy))
         return Bottlenecks(sorted(out, key=lambda b: -b.time_ns), peaks)
 
     def to_dict(self) -> dict:
@@ -238,7 +266,8 @@ class Profile:
                    "dur": e.duration_ns / 1e3,
                    "args": {"step": e.step, "flops": e.flops, "bytes": e.bytes,
                             "shape": list(e.shape), "dtype": e.dtype, "impl": e.impl,
-                            "srcs": list(e.srcs)}}
+                            "srcs": list(e.srcs), "threads": e.threads,
+                            "cpu_us": e.cpu_ns / 1e3}}
                   for e in self.events]
         with open(path, "w", encoding="utf-8") as f:
             json.dump({"traceEvents": trace, "displayTimeUnit": "ms"}, f)
@@ -285,10 +314,13 @@ class _NoClock:
         pass
 
 
-def _run_once(plan, arrays: list, clock) -> None:
-    """One run of ``plan``'s program as ``Plan.run`` does it, marking ``clock`` before the
-    first step and after every step. Inputs are only read, as in ``Plan.run``."""
+def _run_once(plan, arrays: list, clock, cpu: list) -> int:
+    """One run of ``plan``'s program as ``Plan.run`` does it (the same share of the thread
+    budget), marking ``clock`` and appending the process CPU time to ``cpu`` before the
+    first step and after every step. Inputs are only read, as in ``Plan.run``. Returns the
+    threads the call had."""
     arena = plan._checkout()
+    nthreads = threads.enter_call(plan.threads)
     try:
         vals, outs = arena.vals, arena.outs
         for slot, a in zip(plan._input_slots, arrays):
@@ -296,11 +328,15 @@ def _run_once(plan, arrays: list, clock) -> None:
         for i, shape, dtype in plan._output_allocs:
             outs[i] = plan.backend.empty(shape, dtype)
         clock.mark()
+        cpu.append(time.process_time_ns())
         for fn, ins, out_slot, i in plan._program:
             vals[out_slot] = fn([vals[j] for j in ins], outs[i])
             clock.mark()
+            cpu.append(time.process_time_ns())
     finally:
+        threads.exit_call()
         plan._checkin(arena)
+    return nthreads
 
 
 def profile_plan(plan, arrays: list, repeat: int = 10, warmup: int = 1) -> Profile:
@@ -322,15 +358,17 @@ def profile_plan(plan, arrays: list, repeat: int = 10, warmup: int = 1) -> Profi
                          f"repeat={repeat!r}, warmup={warmup!r}")
     backend = plan.backend
     for _ in range(warmup):
-        _run_once(plan, arrays, _NoClock())
+        _run_once(plan, arrays, _NoClock(), [])
     backend.synchronize()
     events = []
     for r in range(repeat):
-        clock = backend.step_clock()
-        _run_once(plan, arrays, clock)
+        clock, cpu = backend.step_clock(), []
+        nthreads = _run_once(plan, arrays, clock, cpu)
         marks = clock.read()
-        for s, start, end in zip(plan.steps, marks, marks[1:]):
+        for s, start, end, c0, c1 in zip(plan.steps, marks, marks[1:], cpu, cpu[1:]):
             events.append(StepEvent(s.name, tuple(s.op_kinds), start, end, s.flops, s.bytes,
                                     step=s.index, repeat=r, shape=tuple(s.shape),
-                                    dtype=s.dtype, impl=s.kernel.impl, srcs=tuple(s.srcs)))
+                                    dtype=s.dtype, impl=s.kernel.impl, srcs=tuple(s.srcs),
+                                    threads=nthreads if s.kernel.uses_threads else 1,
+                                    cpu_ns=c1 - c0))
     return Profile(events, repeat)

@@ -10,7 +10,7 @@ import json
 import weakref
 from dataclasses import dataclass, field
 
-from . import cost, ir
+from . import cost, ir, threads
 
 
 def _mb(n: int) -> str:
@@ -52,11 +52,20 @@ class OptimizationReport:
                        "lower_bound_bytes": m.lower_bound_bytes, "arena_bytes": plan.arena_bytes}
         self.kernels = [{"step": s.index, "name": s.name, "impl": s.kernel.impl,
                          "ops": list(s.op_kinds), "shape": list(s.shape), "dtype": s.dtype,
-                         "flops": s.flops, "bytes": s.bytes, **s.kernel.details}
+                         "flops": s.flops, "bytes": s.bytes,
+                         "uses_threads": s.kernel.uses_threads, **s.kernel.details}
                         for s in plan.steps]
         self.plan_details = dict(getattr(plan, "details", None) or {})
         self._plan = weakref.ref(plan)
         self._dot = to_dot(plan.graph)
+
+    def thread_info(self) -> dict | None:
+        """The thread budget the plan's calls get now and where it comes from, with the
+        BLAS libraries and numba's threading layer (None before a plan is attached)."""
+        plan = self._plan() if self._plan is not None else None
+        if plan is None:
+            return None
+        return threads.describe(getattr(plan, "threads", None))
 
     def measured_memory(self) -> dict | None:
         """The plan's ``memory_stats()`` now (None before a plan is attached or once it is
@@ -85,7 +94,7 @@ class OptimizationReport:
                 "flops_naive": self.flops_naive, "flops_optimized": self.flops_optimized,
                 "flop_speedup": self.speedup, "nodes_before": self.nodes_before,
                 "nodes_after": self.nodes_after, "memory": dict(self.memory),
-                "memory_measured": self.measured_memory(),
+                "memory_measured": self.measured_memory(), "threads": self.thread_info(),
                 "compile_seconds": self.compile_seconds, "cache_hit": self.cache_hit,
                 "passes": [r.to_dict() for r in self.records], "kernels": list(self.kernels),
                 **({"plan": dict(self.plan_details)} if self.plan_details else {})}
@@ -109,6 +118,12 @@ class OptimizationReport:
                 lines.append(f"  memory measured: high water {_mb(measured['high_water_bytes'])}"
                              f" ({measured['max_concurrent_calls']} concurrent call(s)); pool "
                              f"high water {_mb(measured['pool']['high_water'])}")
+        t = self.thread_info()
+        if t:
+            layer = (f"; numba {t['numba_layer']}, idle workers {t['omp_wait_policy']}"
+                     if "numba_layer" in t else "")
+            lines.append(f"  threads: {t['budget']} ({t['from']}; {t['machine']} core(s) "
+                         f"here); BLAS {', '.join(t['blas']) or 'none loaded'}{layer}")
         return lines
 
     def __str__(self) -> str:
@@ -122,10 +137,11 @@ class OptimizationReport:
         if self.kernels:
             lines.append("")
             lines.append(f"  {'step':>4}  {'kernel':<28}{'impl':<26}{'shape':<18}"
-                         f"{'FLOPs':>10}  ops")
+                         f"{'FLOPs':>10}  {'threads':<8}ops")
             for k in self.kernels:
                 lines.append(f"  {k['step']:>4}  {k['name'][:27]:<28}{k['impl'][:25]:<26}"
                              f"{str(tuple(k['shape']))[:17]:<18}{k['flops']:>10.3g}  "
+                             f"{'budget' if k.get('uses_threads') else '1':<8}"
                              f"{' '.join(k['ops'])[:60]}")
         if self.plan_details:
             lines += ["", f"  plan: {summarize_details(self.plan_details, width=90)}"]

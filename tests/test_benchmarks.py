@@ -14,7 +14,8 @@ from benchmarks import run  # noqa: E402
 def test_quick_run_checks_every_peer_against_numpy(tmp_path, capsys):
     out = tmp_path / "bench.json"
     assert run.main(["--quick", "--workloads", "small,chain,elementwise", "--peers",
-                     "graphopt,numpy,opt_einsum", "--no-subprocess", "--json", str(out)]) == 0
+                     "graphopt,numpy,opt_einsum", "--no-subprocess", "--mode", "default",
+                     "--json", str(out)]) == 0
     res = json.loads(out.read_text())
     assert set(res["workloads"]) == {"small", "chain", "elementwise"}
     for name, row in res["workloads"].items():
@@ -24,3 +25,17 @@ def test_quick_run_checks_every_peer_against_numpy(tmp_path, capsys):
         assert row["graphopt"]["backend"] == "numba"
     assert "skipped" in res["workloads"]["elementwise"]["peers"]["opt_einsum"]
     assert "| small |" in capsys.readouterr().out
+
+
+def test_both_modes_run_pinned_and_default_in_their_own_processes(tmp_path, capsys):
+    out = tmp_path / "bench.json"
+    assert run.main(["--quick", "--workloads", "small", "--peers", "graphopt,numpy",
+                     "--no-subprocess", "--json", str(out)]) == 0
+    res = json.loads(out.read_text())
+    pinned, default = res["modes"]["pinned"], res["modes"]["default"]
+    assert pinned["mode"] == "pinned" and len(pinned["cores"]) == 1
+    assert default["mode"] == "default" and len(default["cores"]) >= 1
+    for r in (pinned, default):
+        assert r["workloads"]["small"]["peers"]["graphopt"]["correct"]
+    text = capsys.readouterr().out
+    assert "parallel speedup (pinned ms / default ms)" in text and "| small |" in text

@@ -55,12 +55,12 @@ from typing import Callable
 import networkx as nx
 import numpy as np
 
-from .. import ir, ops
+from .. import ir, ops, threads
 from ..einsum import to_ascii
 from .disk_cache import cache_dir, load_module as _load_module  # noqa: F401
 from ..passes.fusion import build_subgraph, classify, group_maps, is_pointwise, reduction_maps
 
-CODEGEN_VERSION = "2"
+CODEGEN_VERSION = "3"
 PARALLEL_MIN = 1 << 16   # loop-space elements below which a kernel runs on one thread
 BLOCK = 1 << 14          # elements per parallel block of a flat loop
 COL_BLOCK = 256          # output columns per block of a column reduction
@@ -789,7 +789,7 @@ class _Source:
         head += [f"{name} = {text}" for name, text in self.globals.items()]
         head += [f"{name} = {text}" for name, text in types.items()]
         head += ["", "", f"@numba.njit(nt.void({', '.join(sig)}), "
-                 f"parallel={self.parallel}, cache=True, error_model=\"numpy\")",
+                 f"parallel={self.parallel}, nogil=True, cache=True, error_model=\"numpy\")",
                  f"def kernel({', '.join(params)}):"]
         return "\n".join(head + body + [""] + self.wrapper(out_cshape)) + "\n"
 
@@ -956,30 +956,13 @@ def build_node_kernel(G: nx.MultiDiGraph, n: int, *, fast_math: bool = True,
 # ------------------------------------------------------------------ the NumPy alternative
 
 BLOCK_ELEMS = 1 << 13    # elements per temporary of a NumPy-blocked kernel (L1/L2 sized)
-_pool_lock = threading.Lock()
-_pool = None
 
 
 def run_blocks(fn, views, out, nblocks: int, parallel: bool) -> None:
     """Run ``fn(views, out, first_block, end_block)`` over ``nblocks`` blocks, split over
-    numba's thread count when ``parallel`` (NumPy's ufuncs release the GIL)."""
-    global _pool
-    import numba
-
-    nt = min(numba.get_num_threads(), nblocks) if parallel else 1
-    if nt <= 1:
-        fn(views, out, 0, nblocks)
-        return
-    with _pool_lock:
-        if _pool is None:
-            from concurrent.futures import ThreadPoolExecutor
-
-            _pool = ThreadPoolExecutor(max_workers=numba.get_num_threads(),
-                                       thread_name_prefix="graphopt-blocks")
-    cuts = [nblocks * i // nt for i in range(nt + 1)]
-    futs = [_pool.submit(fn, views, out, a, b) for a, b in zip(cuts, cuts[1:]) if b > a]
-    for f in futs:
-        f.result()
+    this call's threads when ``parallel`` (NumPy's ufuncs release the GIL)."""
+    nt = threads.current_threads() if parallel else 1
+    threads.run_parallel(lambda r: fn(views, out, *r), threads.split(nblocks, nt), nt)
 
 
 class _BlockedSource(_Source):

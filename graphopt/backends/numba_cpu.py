@@ -24,7 +24,7 @@ import time
 
 import numpy as np
 
-from .. import ops
+from .. import cost, ops, threads
 from .. import einsum as einsum_mod
 from ..einsum import to_ascii
 from ..errors import GraphError
@@ -54,6 +54,7 @@ class NumbaBackend(Backend):
         return importlib.util.find_spec("numba") is not None
 
     def kernel(self, G, n, ctx) -> Kernel:
+        threads.start_numba_workers()   # before any kernel runs (here or when timed)
         fast_math = ctx.options.get("fast_math", True)
         if not isinstance(fast_math, bool):
             raise GraphError(f"compile option fast_math= must be True or False, got "
@@ -61,7 +62,8 @@ class NumbaBackend(Backend):
         forms = kernel_forms(ctx.options)
         d = G.nodes[n]
         if d["op"] == "fused" and d["attrs"]["pattern"] == "tiled":
-            return tiled_kernel(G, n, lambda H, m: self.kernel(H, m, ctx))
+            return tiled_kernel(G, n, lambda H, m: self.kernel(H, m, ctx),
+                                flops=cost.node_flops(G, n))
         if d["op"] == "fused":
             return fused_kernel(G, n, ctx.opt_level, fast_math, forms)
         if d["op"] == "einsum":
@@ -131,7 +133,8 @@ def fused_kernel(G, n, opt_level: int, fast_math: bool, forms=None) -> Kernel:
     else:
         impl = k.impl
     fn = _guard_inplace(body, k.inplace_ok, G, n)
-    return Kernel(name, fn, source, impl, node=n, details=details)
+    threaded = bool(k.details.get("parallel")) or impl.startswith("blas-gemm")
+    return Kernel(name, fn, source, impl, node=n, details=details, uses_threads=threaded)
 
 
 def _faster_of_loop_and_blocked(k, sub, pattern, name):
@@ -226,7 +229,8 @@ def einsum_kernel(G, n, opt_level: int, form: str = "auto") -> Kernel:
         if out is None:
             out = np.empty(d["shape"], d["dtype"])
         return run(args, out)
-    return Kernel(f"einsum_{n}", fn, source, impl, node=n, details=details)
+    return Kernel(f"einsum_{n}", fn, source, impl, node=n, details=details,
+                  uses_threads=impl == "blas-gemm")
 
 
 def _contraction_with_epilogue(G, n, k, opt_level, form: str = "auto"):

@@ -57,5 +57,5 @@ def sliced_kernel(G, n) -> Kernel:
     fn.__name__ = f"ref_sliced_einsum_{n}"
     src = (f"# reference: einsum {eq!r} along path {path}, sliced over {slices} "
            f"(blocks {blocks})\nsliced_contract(equation, path, slices, args, out, blocks)")
-    return Kernel(fn.__name__, fn, src, impl="numpy-sliced", node=n,
+    return Kernel(fn.__name__, fn, src, impl="numpy-sliced", node=n, uses_threads=True,
                   details={"slices": slices, "slice_blocks": blocks, "path": path})

@@ -6,6 +6,10 @@
 along the leading dims (views; the result's block is C-contiguous because the dims before
 the blocked one are taken one index at a time), intermediates live in block-sized scratch
 kept per thread, so calls from several threads never share it.
+
+With more than one thread the blocks either run in parallel, a contiguous share per
+thread with one BLAS and one numba thread each, or in sequence with every thread given to
+each member's BLAS call and kernel (``parallel_blocks``: the cost model).
 """
 
 from __future__ import annotations
@@ -16,8 +20,19 @@ import threading
 import networkx as nx
 import numpy as np
 
-from .. import ir
+from .. import ir, threads
 from ..plan import Kernel
+
+# Below this many FLOPs per thread, waking a worker costs more than the blocks it runs.
+PARALLEL_MIN_FLOPS_PER_THREAD = 2e6
+
+
+def parallel_blocks(nblocks: int, flops: float, nthreads: int) -> bool:
+    """Blocks in parallel (one BLAS thread each) rather than in sequence (BLAS and the
+    kernels threaded)? Independent blocks scale without synchronization inside a block, so
+    whenever every thread gets a block and enough work to pay for waking it."""
+    return nthreads > 1 and nblocks >= nthreads and \
+        flops / nthreads >= PARALLEL_MIN_FLOPS_PER_THREAD
 
 
 def _block_shape(shape, lead, block) -> tuple:
@@ -44,9 +59,20 @@ def block_graph(sub: nx.MultiDiGraph, lead: tuple, block: tuple) -> nx.MultiDiGr
     return H
 
 
-def tiled_kernel(G: nx.MultiDiGraph, n: int, kernel_of) -> Kernel:
+def _thread_plan(nblocks: int, flops: float) -> str:
+    """What ``parallel_blocks`` decides for every thread count, in words (the report)."""
+    most = nblocks if PARALLEL_MIN_FLOPS_PER_THREAD <= 0 else \
+        min(nblocks, int(flops // PARALLEL_MIN_FLOPS_PER_THREAD))
+    if most < 2:
+        return "blocks in sequence, each member on all the call's threads"
+    return (f"blocks in parallel (one BLAS thread each) on 2 to {most} threads; in sequence, "
+            "each member on all the call's threads, beyond that or on one")
+
+
+def tiled_kernel(G: nx.MultiDiGraph, n: int, kernel_of, flops: float = 0.0) -> Kernel:
     """The kernel of tiled node ``n``: its members' kernels (``kernel_of(H, m)`` on the
-    block graph ``H``) run per block."""
+    block graph ``H``) run per block; ``flops`` of the whole region drive the choice
+    between parallel and sequential blocks."""
     d = G.nodes[n]
     a = d["attrs"]
     t, tile = a["tile_dims"], a["tile"]
@@ -66,17 +92,25 @@ def tiled_kernel(G: nx.MultiDiGraph, n: int, kernel_of) -> Kernel:
 
     local = threading.local()   # scratch per thread: reused, so its pages stay mapped
 
-    def fn(args, out=None):
-        if out is None:
-            out = np.empty(shape, dtype)
+    def run_range(args, out, first: int, end: int) -> None:
         bufs = getattr(local, "bufs", None)
         if bufs is None:
             bufs = local.bufs = {m: np.empty(s, dt) for m, s, dt in scratch}
         env = dict(bufs)
-        for sl in blocks:
+        for sl in blocks[first:end]:
             env.update(zip(inputs, (x[sl] for x in args)))
             for m, k, operands in steps:
                 env[m] = k.fn([env[u] for u in operands], out[sl] if m == root else bufs[m])
+
+    def fn(args, out=None):
+        if out is None:
+            out = np.empty(shape, dtype)
+        t = threads.current_threads()
+        if parallel_blocks(len(blocks), flops, t):
+            threads.run_parallel(lambda r: run_range(args, out, *r),
+                                 threads.split(len(blocks), t), t)
+        else:
+            run_range(args, out, 0, len(blocks))
         return out
 
     parts = [f"# step {k.name} ({k.impl}) on {tuple(H.nodes[m]['shape'])}:\n{k.source}"
@@ -88,6 +122,7 @@ def tiled_kernel(G: nx.MultiDiGraph, n: int, kernel_of) -> Kernel:
                          f"{sum(math.prod(s) * np.dtype(dt).itemsize for _, s, dt in scratch)}"
                          " B per block stay in cache",
                "blocks": len(blocks), "block": block,
+               "threads": _thread_plan(len(blocks), flops),
                "steps": [{"kernel": k.name, "impl": k.impl,
                           "reason": k.details.get("reason", "")} for _, k, _ in steps]}
-    return Kernel(f"tiled_{n}", fn, source, impl, node=n, details=details)
+    return Kernel(f"tiled_{n}", fn, source, impl, node=n, details=details, uses_threads=True)

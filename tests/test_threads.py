@@ -1,0 +1,231 @@
+"""The thread budget (graphopt/threads.py): where it comes from, who gets the threads per
+step, parallel tiled blocks with one BLAS thread each, and calls from several user threads."""
+
+import math
+import threading
+
+import numpy as np
+import pytest
+
+import graphopt as go
+from graphopt import threads
+
+
+def attention_graph(B=2, H=4, Q=64, D=32):
+    g = go.Graph("attention")
+    q, k, v = (g.input(n, (B, H, Q, D), "float32") for n in "qkv")
+    s = go.einsum("bhqd,bhkd->bhqk", q, k) / math.sqrt(D)
+    g.output(go.einsum("bhqk,bhkd->bhqd", go.softmax(s, axis=-1), v))
+    return g
+
+
+def attention_inputs(B=2, H=4, Q=64, D=32, seed=0):
+    r = np.random.default_rng(seed)
+    return {n: r.standard_normal((B, H, Q, D), dtype=np.float32) for n in "qkv"}
+
+
+def reference(g, inputs):
+    """softmax(q kᵀ/√d) v in float64 NumPy."""
+    q, k, v = (inputs[n].astype(np.float64) for n in "qkv")
+    s = np.einsum("bhqd,bhkd->bhqk", q, k) / math.sqrt(q.shape[-1])
+    e = np.exp(s - s.max(-1, keepdims=True))
+    return np.einsum("bhqk,bhkd->bhqd", e / e.sum(-1, keepdims=True), v)
+
+
+@pytest.fixture
+def small_tiles(monkeypatch):
+    """Tile small regions (so a test graph of a few MiB becomes several blocks) and let
+    any region run its blocks in parallel."""
+    from graphopt.backends import tiled
+    from graphopt.passes import tiling
+
+    monkeypatch.setattr(tiling, "TILE_MIN_BYTES", 1 << 14)
+    monkeypatch.setattr(tiling, "TILE_BYTES", 1 << 14)
+    monkeypatch.setattr(tiled, "PARALLEL_MIN_FLOPS_PER_THREAD", 0)
+
+
+class BlasRecorder:
+    """Wraps ``np.matmul`` (what the GEMM kernels call): records, per call, the calling
+    thread, the BLAS libraries' thread count and numba's for that thread."""
+
+    def __init__(self, monkeypatch):
+        import numba
+
+        self.calls = []
+        self._lock = threading.Lock()
+        real = np.matmul
+        libs = threads._blas_controllers()
+
+        def matmul(*a, **kw):
+            rec = (threading.get_ident(), tuple(lib.get_num_threads() for lib in libs),
+                   numba.get_num_threads())
+            with self._lock:
+                self.calls.append(rec)
+            return real(*a, **kw)
+        monkeypatch.setattr(np, "matmul", matmul)
+
+
+# ------------------------------------------------------------------------------- budget
+
+
+def test_budget_comes_from_affinity_env_compile_option_and_context(monkeypatch):
+    monkeypatch.delenv(threads.ENV_THREADS, raising=False)
+    assert threads.budget_for(None) == (threads.machine_threads(), "os.sched_getaffinity")
+    monkeypatch.setenv(threads.ENV_THREADS, "3")
+    assert threads.budget_for(None) == (3, "$GRAPHOPT_NUM_THREADS")
+    assert threads.budget_for(5) == (5, "compile(threads=)")
+    with go.thread_budget(1):
+        assert threads.budget_for(5) == (1, "thread_budget()")
+        with go.thread_budget(None):
+            assert threads.budget_for(5) == (5, "compile(threads=)")
+    assert threads.budget_for(None) == (3, "$GRAPHOPT_NUM_THREADS")
+    monkeypatch.setenv(threads.ENV_THREADS, "lots")     # a bad value never breaks a call
+    assert threads.budget_for(None)[0] == threads.machine_threads()
+
+
+@pytest.mark.parametrize("bad", [0, -1, 1.5, True, "2"])
+def test_bad_thread_counts_are_graph_errors(bad):
+    with pytest.raises(go.GraphError, match="threads"):
+        go.compile(attention_graph(), threads=bad)
+    with pytest.raises(go.GraphError, match="thread_budget"):
+        with go.thread_budget(bad):
+            pass
+
+
+def test_threads_is_part_of_the_compile_cache_key():
+    g = attention_graph()
+    assert go.compile(g, threads=1) is not go.compile(g, threads=2)
+    assert go.compile(g, threads=2).threads == 2
+
+
+def test_report_names_the_budget_and_which_steps_use_it():
+    p = go.compile(attention_graph(), threads=2, disable={"tiling"})
+    text = str(p.report)
+    assert "threads: 2 (compile(threads=)" in text
+    info = p.report.to_dict()["threads"]
+    assert info["budget"] == 2 and info["from"] == "compile(threads=)"
+    uses = {k["impl"]: k["uses_threads"] for k in p.report.kernels}
+    assert uses["blas-gemm"] is True
+
+
+# ----------------------------------------------------------------------- who gets threads
+
+
+def test_blas_outside_parallel_regions_gets_the_whole_budget(monkeypatch):
+    rec = BlasRecorder(monkeypatch)
+    g, inputs = attention_graph(), attention_inputs()
+    p = go.compile(g, threads=2, disable={"tiling"})
+    got = p(**inputs)
+    np.testing.assert_allclose(got, reference(g, inputs), rtol=1e-4, atol=1e-5)
+    assert rec.calls and all(blas == (2,) * len(blas) for _, blas, _ in rec.calls)
+    assert threads.active_calls() == 0
+
+
+def test_tiled_blocks_run_in_parallel_with_one_blas_thread_each(monkeypatch, small_tiles):
+    rec = BlasRecorder(monkeypatch)
+    g, inputs = attention_graph(), attention_inputs()
+    p = go.compile(g, threads=2, cache=False)
+    (step,) = p.steps
+    assert step.kernel.impl.startswith("tiled(") and step.kernel.details["blocks"] >= 2
+    got = p(**inputs)
+    np.testing.assert_allclose(got, reference(g, inputs), rtol=1e-4, atol=1e-5)
+    # every GEMM inside the region ran with one BLAS thread and one numba thread ...
+    assert rec.calls and all(set(blas) == {1} and nb == 1 for _, blas, nb in rec.calls)
+    # ... on more than one thread (the caller and a graphopt worker) ...
+    assert len({t for t, _, _ in rec.calls}) == 2
+    # ... and BLAS has the budget back once the region is done
+    assert threads.blas_threads() == 2
+
+
+def test_one_thread_runs_blocks_in_sequence_on_the_calling_thread(monkeypatch, small_tiles):
+    rec = BlasRecorder(monkeypatch)
+    g, inputs = attention_graph(), attention_inputs()
+    p = go.compile(g, threads=2, cache=False)
+    with go.thread_budget(1):
+        got = p(**inputs)
+    np.testing.assert_allclose(got, reference(g, inputs), rtol=1e-4, atol=1e-5)
+    assert {t for t, _, _ in rec.calls} == {threading.get_ident()}
+    assert all(set(blas) == {1} for _, blas, _ in rec.calls)
+
+
+def test_run_parallel_is_the_serial_result_in_order():
+    items = list(range(7))
+    assert threads.run_parallel(lambda c: c * c, items, 3) == [c * c for c in items]
+    assert threads.split(10, 3) == [(0, 3), (3, 6), (6, 10)]
+    assert threads.split(2, 5) == [(0, 1), (1, 2)]
+
+
+def test_an_error_in_a_parallel_item_reaches_the_caller_and_restores_blas():
+    def boom(c):
+        if c == 2:
+            raise ValueError("item 2")
+        return c
+
+    threads.enter_call(2)
+    try:
+        with pytest.raises(ValueError, match="item 2"):
+            threads.run_parallel(boom, [0, 1, 2, 3], 2)
+        assert threads.blas_threads() == 2
+    finally:
+        threads.exit_call()
+
+
+# ----------------------------------------------------------------------- user threads
+
+
+def test_four_user_threads_share_the_budget_and_get_right_results(monkeypatch, small_tiles):
+    """Concurrent calls (tiled and untiled plans) are right, finish, and while more than
+    one is in flight BLAS runs one thread: four user threads never start eight."""
+    rec = BlasRecorder(monkeypatch)
+    g = attention_graph()
+    plans = [go.compile(g, threads=2, cache=False),
+             go.compile(g, threads=2, disable={"tiling"}, cache=False)]
+    cases = [attention_inputs(seed=s) for s in range(8)]
+    expect = [reference(g, c) for c in cases]
+    errors, barrier = [], threading.Barrier(4)
+
+    def work(w):
+        try:
+            barrier.wait()
+            for r in range(3):
+                i = (w + r) % len(cases)
+                got = plans[(w + r) % 2](**cases[i])
+                np.testing.assert_allclose(got, expect[i], rtol=1e-4, atol=1e-5)
+        except Exception as e:  # reported below, with the thread that saw it
+            errors.append((w, e))
+
+    ts = [threading.Thread(target=work, args=(w,)) for w in range(4)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(timeout=120)
+    assert not any(t.is_alive() for t in ts), "a call deadlocked"
+    assert not errors, errors
+    assert threads.active_calls() == 0
+    # no GEMM ran with more BLAS threads than the budget, numba never beyond it either
+    assert all(max(blas) <= 2 and nb <= 2 for _, blas, nb in rec.calls)
+    # a call alone afterwards gets the whole budget again
+    plans[1](**cases[0])
+    assert threads.blas_threads() == 2
+
+
+def test_concurrent_calls_split_numba_threads():
+    seen, barrier = [], threading.Barrier(2)
+
+    def call():
+        n = threads.enter_call(2)
+        try:
+            barrier.wait(timeout=30)     # both calls are in flight now
+            seen.append((n, threads.blas_threads()))
+            barrier.wait(timeout=30)
+        finally:
+            threads.exit_call()
+
+    ts = [threading.Thread(target=call) for _ in range(2)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(timeout=60)
+    # the first call in got 2 and the second 1 (budget // calls in flight), and BLAS is
+    # single-threaded while both are in flight
+    assert sorted(n for n, _ in seen) == [1, 2] and {b for _, b in seen} == {1}
