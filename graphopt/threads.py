@@ -2,21 +2,24 @@
 
 Where the threads come from: ``with go.thread_budget(n)`` around a call, else the plan's
 ``compile(..., threads=n)``, else ``$GRAPHOPT_NUM_THREADS``, else the cores this process
-may run on (``os.sched_getaffinity``). Every plan call runs under ``running_call``:
+may run on (``os.sched_getaffinity``). Every plan call runs between ``enter_call`` and
+``exit_call``:
 
-- the first call in flight gets the whole budget: BLAS gets it (process-wide, through
-  ``threadpoolctl``) and so do numba kernels (``numba.set_num_threads``, per thread);
-- concurrent calls from other user threads share it: each gets ``budget // calls`` for its
-  numba kernels and BLAS runs one thread while more than one call is in flight, so four
-  user threads on two cores never start eight;
-- a parallel region (``run_parallel``: tiled blocks, slices, blocked kernels) spreads its
-  items over graphopt's worker threads with one thread of BLAS and numba each, never on top
-  of busy BLAS threads.
+- a call alone gets the whole budget; concurrent calls from other user threads share it
+  (``budget // calls`` each), so four user threads on two cores never start eight;
+- numba kernels get the call's share through ``numba.set_num_threads`` (per thread);
+- BLAS runs one thread inside graphopt: a large GEMM is split over the call's threads by
+  graphopt itself (``backends/cpu_gemm.py``) and tiled blocks run in parallel
+  (``run_parallel``), each part a single-threaded BLAS call on graphopt's workers. A library
+  call graphopt cannot split (opt_einsum along a path) gets BLAS threaded
+  (``blas_for_step``). The user's own BLAS setting is given back when no call is in flight.
 
-numba's OpenMP layer spins its workers after every parallel kernel; OpenBLAS wants those
-cores for the next GEMM. ``start_numba_workers`` makes the OpenMP workers sleep when
-idle (``OMP_WAIT_POLICY=passive``, only if the user has not set it) before numba starts
-them, which is what made two threads 38x slower than one on attention (issue 13).
+Why graphopt splits GEMMs instead of threading OpenBLAS: OpenBLAS's workers spin for about
+0.1 s after every threaded call, and numba's OpenMP workers spin after every parallel
+kernel; two pools spinning on each other's cores made two threads 38x slower than one on
+attention (issue 13). graphopt's workers sleep on a condition when idle, and
+``start_numba_workers`` makes numba's OpenMP workers do the same
+(``OMP_WAIT_POLICY=passive``, unless the user has chosen a policy).
 """
 
 from __future__ import annotations
@@ -34,8 +37,8 @@ _local = threading.local()       # override (thread_budget), numba threads set h
 _lock = threading.Lock()         # guards the counters below and every BLAS limit change
 _active_calls = 0
 _regions = 0
-_blas_threads: int | None = None     # what BLAS was last set to by graphopt
-_blas_wanted = 1                     # what BLAS gets outside parallel regions, now
+_blas_threads: int | None = None     # what graphopt set BLAS to (None: the user's own)
+_user_blas: list | None = None       # the user's BLAS thread counts while graphopt holds it
 _blas_libs = None                    # threadpoolctl controllers of the loaded BLAS libraries
 _pool = None
 _pool_size = 0
@@ -66,11 +69,15 @@ def check_threads(value, what: str = "threads") -> int | None:
 
 
 def default_threads() -> int:
-    """``$GRAPHOPT_NUM_THREADS`` if it is a positive integer, else ``machine_threads()``."""
-    v = os.environ.get(ENV_THREADS, "").strip()
-    if v.isdigit() and int(v) > 0:
-        return int(v)
-    return machine_threads()
+    """``$GRAPHOPT_NUM_THREADS`` if it is a positive integer, else ``machine_threads()``.
+    Read at the first plan call (calls are microseconds; the environment is not)."""
+    global _default
+    if _default is None:
+        _default = budget_for(None, local=False)[0]
+    return _default
+
+
+_default: int | None = None
 
 
 @contextlib.contextmanager
@@ -78,7 +85,7 @@ def thread_budget(n: int | None):
     """Run the plan calls made inside this block (in this thread) with ``n`` threads;
     ``None`` restores the default. Nests."""
     n = check_threads(n, "thread_budget(n)")
-    prev = getattr(_local, "override", None)
+    prev = _local.__dict__.get("override")
     _local.override = n
     try:
         yield
@@ -86,10 +93,11 @@ def thread_budget(n: int | None):
         _local.override = prev
 
 
-def budget_for(plan_threads: int | None) -> tuple[int, str]:
+def budget_for(plan_threads: int | None, local: bool = True) -> tuple[int, str]:
     """``(threads, where they come from)`` for a call of a plan compiled with
-    ``threads=plan_threads``."""
-    o = getattr(_local, "override", None)
+    ``threads=plan_threads`` in this thread (``local=False``: ignoring ``thread_budget``);
+    reads the environment now."""
+    o = _local.__dict__.get("override") if local else None
     if o is not None:
         return o, "thread_budget()"
     if plan_threads is not None:
@@ -114,31 +122,79 @@ def _blas_controllers():
     return _blas_libs
 
 
-def _set_blas(n: int) -> None:
-    """BLAS threads process-wide (lock held); nothing to do if already ``n``."""
-    global _blas_threads
-    if _blas_threads == n:
+def _set_blas(n: int, force: bool = False) -> None:
+    """BLAS threads process-wide (lock held), the user's own setting kept to be given back
+    when no call is in flight; nothing to do if graphopt already set ``n`` (unless
+    ``force``)."""
+    global _blas_threads, _user_blas
+    if _blas_threads == n and not force:
         return
-    for lib in _blas_controllers():
-        lib.set_num_threads(n)
+    libs = _blas_controllers()
+    if _user_blas is None:
+        _user_blas = [lib.get_num_threads() for lib in libs]
+    for lib in libs:
+        _set_lib_threads(lib, n)
     _blas_threads = n
 
 
+def _set_lib_threads(lib, n: int) -> None:
+    """``lib.set_num_threads(n)`` from whichever thread graphopt runs on (lock held).
+    threadpoolctl lets only the first thread that limited a process-wide OpenBLAS limit it
+    again and silently ignores the others; graphopt's changes are serialized by its own
+    lock, so it hands control to the calling thread first."""
+    clear = getattr(lib, "clear_controlling_thread", None)
+    if clear is not None:
+        clear(force=True)
+    lib.set_num_threads(n)
+
+
+def _restore_user_blas() -> None:
+    """Give BLAS back the thread count the user had (lock held)."""
+    global _blas_threads, _user_blas
+    if _user_blas is not None:
+        for lib, n in zip(_blas_controllers(), _user_blas):
+            _set_lib_threads(lib, n)
+    _user_blas = _blas_threads = None
+
+
+def blas_one_thread() -> None:
+    """Before a BLAS call graphopt threads itself (or runs inside a parallel region):
+    BLAS on one thread. OpenBLAS's own workers spin for ~0.1 s after every threaded call,
+    on the cores graphopt's workers and numba's need next, so graphopt never wakes them.
+    Outside a plan call (compile-time timing) BLAS keeps the user's setting. The library
+    is asked, not only graphopt's record: the user may have limited it meanwhile."""
+    if _active_calls and (_blas_threads != 1 or any(lib.get_num_threads() != 1
+                                                    for lib in _blas_libs)):
+        with _lock:
+            _set_blas(1, force=True)
+
+
+def blas_for_step(n: int) -> None:
+    """Before a library call that graphopt cannot split (opt_einsum along a path, slices):
+    BLAS gets the call's ``n`` threads while it is the only call in flight and outside
+    parallel regions, else one."""
+    want = n if _active_calls <= 1 and _regions == 0 else 1
+    if _blas_threads != want and _active_calls:
+        with _lock:
+            _set_blas(want if _active_calls <= 1 and _regions == 0 else 1)
+
+
 def blas_threads() -> int | None:
-    """What graphopt last set BLAS to (``None`` before the first call)."""
+    """What graphopt set BLAS to for the calls in flight (``None``: the user's own)."""
     return _blas_threads
 
 
 def set_numba_threads(n: int) -> int:
     """numba's thread count for parallel kernels launched from this thread (capped at the
     pool numba started with); returns what was set. A no-op until numba is imported."""
-    if getattr(_local, "numba", None) == n:
+    mine = _local.__dict__
+    if mine.get("numba") == n:
         return n
     nb = sys.modules.get("numba")
     if nb is None:
         return n
     n = max(1, min(n, nb.config.NUMBA_NUM_THREADS))
-    if getattr(_local, "numba", None) != n:
+    if mine.get("numba") != n:
         start_numba_workers()
         nb.set_num_threads(n)
         _local.numba = n
@@ -190,25 +246,27 @@ def _libgomp_loaded() -> bool:
 
 
 def enter_call(plan_threads: int | None) -> int:
-    """A plan call starts in this thread: returns the threads it may use (BLAS and numba
-    set accordingly). Pair with ``exit_call``."""
-    global _active_calls, _blas_wanted
-    budget = getattr(_local, "override", None) or plan_threads or default_threads()
+    """A plan call starts in this thread: returns the threads it may use (numba set to
+    them for this thread). Pair with ``exit_call``."""
+    global _active_calls
+    mine = _local.__dict__
+    budget = mine.get("override") or plan_threads or _default or default_threads()
     with _lock:
         _active_calls += 1
         calls = _active_calls
-        _blas_wanted = budget if calls == 1 else 1
-        if _regions == 0:
-            _set_blas(_blas_wanted)
-    mine = _local.call = max(1, budget // calls)
-    set_numba_threads(mine)
-    return mine
+    n = mine["call"] = budget // calls or 1
+    if mine.get("numba") != n:
+        set_numba_threads(n)
+    return n
 
 
 def exit_call() -> None:
+    """The call ends; the last one in flight gives BLAS back its user's thread count."""
     global _active_calls
     with _lock:
         _active_calls -= 1
+        if _active_calls == 0 and _blas_threads is not None:
+            _restore_user_blas()
 
 
 def active_calls() -> int:
@@ -227,8 +285,8 @@ def parallel_region():
     finally:
         with _lock:
             _regions -= 1
-            if _regions == 0:
-                _set_blas(_blas_wanted)
+            if _regions == 0 and _active_calls == 0 and _blas_threads is not None:
+                _restore_user_blas()    # a region outside any plan call
 
 
 def _worker_pool(n: int):
@@ -260,7 +318,7 @@ def run_parallel(fn, chunks: list, threads: int) -> list:
     pool = _worker_pool(threads - 1)
     with parallel_region():
         futs = [pool.submit(_one_thread, fn, c) for c in chunks[1:]]
-        prev = getattr(_local, "call", None) or 1
+        prev = _local.__dict__.get("call") or 1
         try:
             first = _one_thread(fn, chunks[0])
         finally:
@@ -278,7 +336,7 @@ def split(n: int, parts: int) -> list[tuple[int, int]]:
 
 def current_threads() -> int:
     """Threads the step running in this thread may use (1 outside a plan call)."""
-    return getattr(_local, "call", None) or 1
+    return _local.__dict__.get("call") or 1
 
 
 def describe(plan_threads: int | None = None) -> dict:

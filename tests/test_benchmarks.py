@@ -39,3 +39,14 @@ def test_both_modes_run_pinned_and_default_in_their_own_processes(tmp_path, caps
         assert r["workloads"]["small"]["peers"]["graphopt"]["correct"]
     text = capsys.readouterr().out
     assert "parallel speedup (pinned ms / default ms)" in text and "| small |" in text
+
+
+def test_concurrency_benchmark_checks_every_result(tmp_path):
+    from benchmarks import concurrency
+
+    out = tmp_path / "conc.json"
+    assert concurrency.main(["--quick", "--workloads", "small,attention", "--threads", "4",
+                             "--calls", "2", "--repeat", "1", "--json", str(out)]) == 0
+    res = json.loads(out.read_text())
+    for name, r in res["workloads"].items():
+        assert r["correct"] and r["calls"] == 8 and r["concurrent_ms"] > 0, name

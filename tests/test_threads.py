@@ -111,14 +111,44 @@ def test_report_names_the_budget_and_which_steps_use_it():
 # ----------------------------------------------------------------------- who gets threads
 
 
-def test_blas_outside_parallel_regions_gets_the_whole_budget(monkeypatch):
+def user_blas_threads():
+    return tuple(lib.get_num_threads() for lib in threads._blas_controllers())
+
+
+def test_a_large_gemm_is_split_over_the_call_threads_with_one_blas_thread_each(monkeypatch):
+    """graphopt threads a GEMM itself (OpenBLAS's own workers would spin on the cores the
+    next step needs); the user's BLAS setting is back once the call returns."""
+    before = user_blas_threads()
     rec = BlasRecorder(monkeypatch)
-    g, inputs = attention_graph(), attention_inputs()
-    p = go.compile(g, threads=2, disable={"tiling"})
-    got = p(**inputs)
-    np.testing.assert_allclose(got, reference(g, inputs), rtol=1e-4, atol=1e-5)
-    assert rec.calls and all(blas == (2,) * len(blas) for _, blas, _ in rec.calls)
-    assert threads.active_calls() == 0
+    g = go.Graph("gemm")
+    a, b = g.input("a", (256, 128), "float64"), g.input("b", (128, 512), "float64")
+    g.output(go.einsum("ij,jk->ik", a, b))
+    r = np.random.default_rng(1)
+    x, y = r.standard_normal((256, 128)), r.standard_normal((128, 512))
+    p = go.compile(g, threads=2)
+    assert p.steps[0].kernel.impl == "blas-gemm" and p.steps[0].kernel.uses_threads
+    np.testing.assert_allclose(p(a=x, b=y), x @ y, rtol=1e-12, atol=1e-12)
+    assert len(rec.calls) == 2 and len({t for t, _, _ in rec.calls}) == 2
+    assert all(set(blas) == {1} for _, blas, _ in rec.calls)
+    assert threads.active_calls() == 0 and user_blas_threads() == before
+    with go.thread_budget(1):                     # one thread: one BLAS call, one thread
+        rec.calls.clear()
+        np.testing.assert_allclose(p(a=x, b=y), x @ y, rtol=1e-12, atol=1e-12)
+    assert [(t, set(blas)) for t, blas, _ in rec.calls] == [(threading.get_ident(), {1})]
+
+
+@pytest.mark.parametrize("shape_a, shape_b, axis", [
+    ((8, 128, 128), (8, 128, 128), "batch"), ((512, 512), (512, 64), "m"),
+    ((128, 512), (512, 1024), "n"), ((8, 8), (8, 8), "whole")])
+def test_gemm_parts_cover_the_product(shape_a, shape_b, axis):
+    from graphopt.backends.cpu_gemm import gemm_parts
+
+    got, ranges = gemm_parts(shape_a, shape_b, 2)
+    assert got == axis
+    if axis != "whole":
+        extent = {"batch": shape_a[0], "m": shape_a[-2], "n": shape_b[-1]}[axis]
+        assert ranges[0][0] == 0 and ranges[-1][1] == extent
+        assert all(a[1] == b[0] for a, b in zip(ranges, ranges[1:]))
 
 
 def test_tiled_blocks_run_in_parallel_with_one_blas_thread_each(monkeypatch, small_tiles):
@@ -133,8 +163,8 @@ def test_tiled_blocks_run_in_parallel_with_one_blas_thread_each(monkeypatch, sma
     assert rec.calls and all(set(blas) == {1} and nb == 1 for _, blas, nb in rec.calls)
     # ... on more than one thread (the caller and a graphopt worker) ...
     assert len({t for t, _, _ in rec.calls}) == 2
-    # ... and BLAS has the budget back once the region is done
-    assert threads.blas_threads() == 2
+    # ... and BLAS is the user's again once the call is done
+    assert threads.blas_threads() is None
 
 
 def test_one_thread_runs_blocks_in_sequence_on_the_calling_thread(monkeypatch, small_tiles):
@@ -155,27 +185,30 @@ def test_run_parallel_is_the_serial_result_in_order():
     assert threads.split(2, 5) == [(0, 1), (1, 2)]
 
 
-def test_an_error_in_a_parallel_item_reaches_the_caller_and_restores_blas():
+def test_an_error_in_a_parallel_item_reaches_the_caller_and_closes_the_region():
     def boom(c):
         if c == 2:
             raise ValueError("item 2")
         return c
 
+    before = user_blas_threads()
     threads.enter_call(2)
     try:
         with pytest.raises(ValueError, match="item 2"):
             threads.run_parallel(boom, [0, 1, 2, 3], 2)
-        assert threads.blas_threads() == 2
+        assert threads._regions == 0
+        assert threads.run_parallel(lambda c: c, [0, 1], 2) == [0, 1]
     finally:
         threads.exit_call()
-
+    assert user_blas_threads() == before
 
 # ----------------------------------------------------------------------- user threads
 
 
 def test_four_user_threads_share_the_budget_and_get_right_results(monkeypatch, small_tiles):
-    """Concurrent calls (tiled and untiled plans) are right, finish, and while more than
-    one is in flight BLAS runs one thread: four user threads never start eight."""
+    """Concurrent calls (tiled and untiled plans) are right, finish, and BLAS runs one
+    thread throughout: four user threads never start eight."""
+    before = user_blas_threads()
     rec = BlasRecorder(monkeypatch)
     g = attention_graph()
     plans = [go.compile(g, threads=2, cache=False),
@@ -202,11 +235,10 @@ def test_four_user_threads_share_the_budget_and_get_right_results(monkeypatch, s
     assert not any(t.is_alive() for t in ts), "a call deadlocked"
     assert not errors, errors
     assert threads.active_calls() == 0
-    # no GEMM ran with more BLAS threads than the budget, numba never beyond it either
-    assert all(max(blas) <= 2 and nb <= 2 for _, blas, nb in rec.calls)
-    # a call alone afterwards gets the whole budget again
-    plans[1](**cases[0])
-    assert threads.blas_threads() == 2
+    # every GEMM ran on one BLAS thread, and numba never beyond the budget
+    assert all(set(blas) == {1} and nb <= 2 for _, blas, nb in rec.calls), \
+        [c for c in rec.calls if set(c[1]) != {1} or c[2] > 2]
+    assert user_blas_threads() == before
 
 
 def test_concurrent_calls_split_numba_threads():
@@ -216,7 +248,7 @@ def test_concurrent_calls_split_numba_threads():
         n = threads.enter_call(2)
         try:
             barrier.wait(timeout=30)     # both calls are in flight now
-            seen.append((n, threads.blas_threads()))
+            seen.append(n)
             barrier.wait(timeout=30)
         finally:
             threads.exit_call()
@@ -226,6 +258,5 @@ def test_concurrent_calls_split_numba_threads():
         t.start()
     for t in ts:
         t.join(timeout=60)
-    # the first call in got 2 and the second 1 (budget // calls in flight), and BLAS is
-    # single-threaded while both are in flight
-    assert sorted(n for n, _ in seen) == [1, 2] and {b for _, b in seen} == {1}
+    # the first call in got 2 and the second 1 (budget // calls in flight)
+    assert sorted(seen) == [1, 2]

@@ -30,6 +30,7 @@ from ..einsum import to_ascii
 from ..errors import GraphError
 from ..plan import Kernel
 from .base import Backend, register_backend
+from .cpu_gemm import threaded_matmul
 from .gemm import gemm_plan, gemm_source, run_gemm, transpose_copy_bytes
 from .numpy_ref import reference_kernel, sliced_kernel
 from .tiled import tiled_kernel
@@ -63,7 +64,7 @@ class NumbaBackend(Backend):
         d = G.nodes[n]
         if d["op"] == "fused" and d["attrs"]["pattern"] == "tiled":
             return tiled_kernel(G, n, lambda H, m: self.kernel(H, m, ctx),
-                                flops=cost.node_flops(G, n))
+                                flops=cost.node_flops(G, n), timing=_tiled_timing(G, n, ctx))
         if d["op"] == "fused":
             return fused_kernel(G, n, ctx.opt_level, fast_math, forms)
         if d["op"] == "einsum":
@@ -72,6 +73,18 @@ class NumbaBackend(Backend):
         if isinstance(f, np.ufunc):
             return ufunc_kernel(f, n, d)
         return reference_kernel(G, n)
+
+
+def _tiled_timing(G, n, ctx):
+    """At opt_level 3: sample operands, the timer, and the threads a call will have, for
+    ``tiled_kernel`` to time parallel against sequential blocks."""
+    if ctx.opt_level < 3:
+        return None
+    from .. import ir
+
+    args = [sample_array(tuple(G.nodes[u]["shape"]), G.nodes[u]["dtype"])
+            for u in ir.operands(G, n)]
+    return args, median_seconds, threads.budget_for(ctx.options.get("threads"))[0]
 
 
 # ------------------------------------------------------------------------------ fused groups
@@ -304,7 +317,7 @@ def _contraction_fn(impl: str, eq: str, shapes, dtype: str):
 
         def gemm(args, out):
             a, b = (x.astype(dtype, copy=False) for x in args)
-            return run_gemm(np, p, a, b, out)
+            return run_gemm(np, p, a, b, out, threaded_matmul)
         return gemm
     ascii_eq = to_ascii(eq)
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import ops
+from .. import ops, threads
 from ..interpreter import eval_node
 from ..plan import Kernel
 from .base import Backend, register_backend
@@ -52,6 +52,8 @@ def sliced_kernel(G, n) -> Kernel:
     slices, blocks = list(a.get("slices", ())), a.get("slice_blocks")
 
     def fn(args, out):
+        # opt_einsum's pairwise steps call BLAS, which graphopt cannot split: thread it
+        threads.blas_for_step(threads.current_threads())
         return sliced_contract(eq, path, slices, args, out=out, blocks=blocks)
 
     fn.__name__ = f"ref_sliced_einsum_{n}"

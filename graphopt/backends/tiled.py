@@ -69,10 +69,12 @@ def _thread_plan(nblocks: int, flops: float) -> str:
             "each member on all the call's threads, beyond that or on one")
 
 
-def tiled_kernel(G: nx.MultiDiGraph, n: int, kernel_of, flops: float = 0.0) -> Kernel:
+def tiled_kernel(G: nx.MultiDiGraph, n: int, kernel_of, flops: float = 0.0,
+                 timing=None) -> Kernel:
     """The kernel of tiled node ``n``: its members' kernels (``kernel_of(H, m)`` on the
     block graph ``H``) run per block; ``flops`` of the whole region drive the choice
-    between parallel and sequential blocks."""
+    between parallel and sequential blocks. ``timing = (sample_args, seconds_of, threads)``
+    (opt_level 3) times both on ``threads`` threads instead and keeps the faster."""
     d = G.nodes[n]
     a = d["attrs"]
     t, tile = a["tile_dims"], a["tile"]
@@ -102,11 +104,14 @@ def tiled_kernel(G: nx.MultiDiGraph, n: int, kernel_of, flops: float = 0.0) -> K
             for m, k, operands in steps:
                 env[m] = k.fn([env[u] for u in operands], out[sl] if m == root else bufs[m])
 
+    pinned: list = []     # "parallel" or "sequential" where timing chose
+
     def fn(args, out=None):
         if out is None:
             out = np.empty(shape, dtype)
         t = threads.current_threads()
-        if parallel_blocks(len(blocks), flops, t):
+        if t > 1 and len(blocks) > 1 and (pinned[0] == "parallel" if pinned else
+                                          parallel_blocks(len(blocks), flops, t)):
             threads.run_parallel(lambda r: run_range(args, out, *r),
                                  threads.split(len(blocks), t), t)
         else:
@@ -125,4 +130,22 @@ def tiled_kernel(G: nx.MultiDiGraph, n: int, kernel_of, flops: float = 0.0) -> K
                "threads": _thread_plan(len(blocks), flops),
                "steps": [{"kernel": k.name, "impl": k.impl,
                           "reason": k.details.get("reason", "")} for _, k, _ in steps]}
+    if timing is not None and len(blocks) > 1 and timing[2] > 1:
+        args, seconds_of, nthreads = timing
+        out = np.empty(shape, dtype)
+        timings: dict = {}
+        # A B A B, best of the two: the first parallel runs start workers and touch their
+        # scratch, which a steady-state call never pays.
+        for mode in ("sequential", "parallel") * 2:
+            pinned[:] = [mode]
+            threads.enter_call(nthreads)
+            try:
+                ms = round(seconds_of(lambda: fn(args, out)) * 1e3, 4)
+            finally:
+                threads.exit_call()
+            timings[mode] = min(ms, timings.get(mode, ms))
+        pinned[:] = [min(timings, key=timings.get)]
+        details.update(threads=f"blocks {pinned[0] if pinned[0] == 'sequential' else 'in parallel'}"
+                               f" on more than one thread: faster measured on {nthreads} "
+                               "threads (opt_level 3)", threads_timings_ms=timings)
     return Kernel(f"tiled_{n}", fn, source, impl, node=n, details=details, uses_threads=True)

@@ -1,0 +1,109 @@
+"""Calls from several user threads at once against the same calls one after another.
+
+    python -m benchmarks.concurrency [--workloads mlp,attention] [--threads 4] [--calls 8]
+                                     [--json out.json]
+
+For each workload: one plan, ``--threads`` user threads each making ``--calls`` calls
+(every result checked against NumPy), against the same ``threads * calls`` calls made one
+after another from one thread; medians of ``--repeat`` rounds. graphopt's thread budget is
+shared between the calls in flight (``graphopt/threads.py``), so the concurrent round should
+take no longer than the sequential one: the ratio sequential / concurrent is >= 1 when it
+does not. The process CPU time over wall time shows how many cores were busy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import threading
+import time
+
+
+def _parse(argv):
+    p = argparse.ArgumentParser(prog="python -m benchmarks.concurrency", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--workloads", default="mlp,attention,redundant,elementwise,small")
+    p.add_argument("--threads", type=int, default=4, help="user threads (default 4)")
+    p.add_argument("--calls", type=int, default=8, help="calls per user thread")
+    p.add_argument("--repeat", type=int, default=5, help="rounds of each kind")
+    p.add_argument("--quick", action="store_true", help="tiny shapes (smoke test)")
+    p.add_argument("--json", default=None)
+    return p.parse_args(argv)
+
+
+def _timed(fn) -> tuple[float, float]:
+    c0, t0 = time.process_time(), time.perf_counter()
+    fn()
+    wall = time.perf_counter() - t0
+    return wall, (time.process_time() - c0) / wall
+
+
+def measure(w, nthreads: int, calls: int, repeat: int) -> dict:
+    import numpy as np
+
+    import graphopt as go
+
+    plan = go.compile(w.build())
+    ref = np.asarray(w.numpy(**w.inputs))
+    atol = w.rtol * (np.abs(ref).max() + 1e-30)
+    wrong = []
+
+    def call():
+        got = plan(**w.inputs)
+        if not np.allclose(got, ref, rtol=w.rtol, atol=atol):
+            wrong.append(1)
+
+    def sequential():
+        for _ in range(nthreads * calls):
+            call()
+
+    def concurrent():
+        barrier = threading.Barrier(nthreads)
+
+        def user():
+            barrier.wait()
+            for _ in range(calls):
+                call()
+        ts = [threading.Thread(target=user) for _ in range(nthreads)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+
+    call()
+    seq, conc = [], []
+    for _ in range(repeat):       # interleaved, so drift hits both kinds alike
+        seq.append(_timed(sequential))
+        conc.append(_timed(concurrent))
+    med = lambda xs, i: float(np.median([x[i] for x in xs]))  # noqa: E731
+    return {"sequential_ms": med(seq, 0) * 1e3, "concurrent_ms": med(conc, 0) * 1e3,
+            "sequential_cores": med(seq, 1), "concurrent_cores": med(conc, 1),
+            "ratio_sequential_over_concurrent": med(seq, 0) / med(conc, 0),
+            "calls": nthreads * calls, "correct": not wrong}
+
+
+def main(argv=None) -> int:
+    args = _parse(argv)
+    from .workloads import ALL
+
+    scale = 0.125 if args.quick else 1.0
+    out = {"threads": args.threads, "calls_per_thread": args.calls, "workloads": {}}
+    print(f"{args.threads} user threads x {args.calls} calls vs the same calls in sequence "
+          f"(median of {args.repeat} rounds)")
+    print(f"{'workload':<12}{'sequential ms':>15}{'concurrent ms':>15}{'seq/conc':>10}"
+          f"{'cores seq':>11}{'cores conc':>12}  correct")
+    for name in args.workloads.split(","):
+        r = measure(ALL[name](scale), args.threads, args.calls, args.repeat)
+        out["workloads"][name] = r
+        print(f"{name:<12}{r['sequential_ms']:>15.1f}{r['concurrent_ms']:>15.1f}"
+              f"{r['ratio_sequential_over_concurrent']:>10.2f}{r['sequential_cores']:>11.2f}"
+              f"{r['concurrent_cores']:>12.2f}  {r['correct']}")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(out, f, indent=1)
+    return 0 if all(r["correct"] for r in out["workloads"].values()) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,61 @@
+"""The CPU GEMM: one (batched) matrix product on the call's threads, BLAS single-threaded.
+
+``threaded_matmul(a, b, c)`` computes ``c = a @ b`` (2-D, or 3-D with a batch dim) with NumPy's
+BLAS on one thread per part: a product too small to share runs whole on the calling
+thread; a larger one is cut into as many parts as the call has threads, along the batch
+dim where there are enough matrices, else along the wider of M and N (the parts are
+strided views, which BLAS reads and writes in place), and the parts run on graphopt's
+workers (``threads.run_parallel``). Every element of ``c`` is one BLAS dot product over
+the whole K in either case, so the split changes no result beyond BLAS's own kernel
+choice at a part's edge.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .. import threads
+
+# Below this many FLOPs per part, waking a worker costs more than the part.
+SPLIT_MIN_FLOPS = 4e6
+# Column or row cuts fall on multiples of this (whole register tiles of BLAS kernels).
+CUT_ALIGN = 16
+
+
+def gemm_parts(shape_a, shape_b, nthreads: int) -> tuple[str, list[tuple[int, int]]]:
+    """How ``threaded_matmul`` cuts ``a @ b`` for ``nthreads`` threads: ``(axis, ranges)``
+    with axis "batch", "m", "n" or "whole" (one range)."""
+    *lead, m, k = shape_a
+    n = shape_b[-1]
+    batch = lead[0] if lead else 1
+    flops = 2.0 * batch * m * n * k
+    parts = min(nthreads, int(flops // SPLIT_MIN_FLOPS))
+    if parts < 2:
+        return "whole", [(0, 1)]
+    if batch >= parts:
+        return "batch", threads.split(batch, parts)
+    axis, size = ("n", n) if n >= m else ("m", m)
+    blocks = -(-size // CUT_ALIGN)
+    if blocks < 2:
+        return "whole", [(0, 1)]
+    return axis, [(lo * CUT_ALIGN, min(hi * CUT_ALIGN, size))
+                  for lo, hi in threads.split(blocks, parts)]
+
+
+def threaded_matmul(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
+    """``np.matmul(a, b, out=c)`` on the calling plan's threads (see the module doc)."""
+    threads.blas_one_thread()   # even a small GEMM: OpenBLAS threads some complex ones
+    axis, ranges = gemm_parts(a.shape, b.shape, threads.current_threads())
+    if axis == "whole":
+        return np.matmul(a, b, out=c)
+    if axis == "batch":
+        def part(r):
+            np.matmul(a[r[0]:r[1]], b[r[0]:r[1]], out=c[r[0]:r[1]])
+    elif axis == "n":
+        def part(r):
+            np.matmul(a, b[..., r[0]:r[1]], out=c[..., r[0]:r[1]])
+    else:
+        def part(r):
+            np.matmul(a[..., r[0]:r[1], :], b, out=c[..., r[0]:r[1], :])
+    threads.run_parallel(part, ranges, len(ranges))
+    return c
