@@ -122,12 +122,11 @@ def _blas_controllers():
     return _blas_libs
 
 
-def _set_blas(n: int, force: bool = False) -> None:
+def _set_blas(n: int) -> None:
     """BLAS threads process-wide (lock held), the user's own setting kept to be given back
-    when no call is in flight; nothing to do if graphopt already set ``n`` (unless
-    ``force``)."""
+    when no call is in flight; nothing to do if graphopt already set ``n``."""
     global _blas_threads, _user_blas
-    if _blas_threads == n and not force:
+    if _blas_threads == n:
         return
     libs = _blas_controllers()
     if _user_blas is None:
@@ -161,12 +160,10 @@ def blas_one_thread() -> None:
     """Before a BLAS call graphopt threads itself (or runs inside a parallel region):
     BLAS on one thread. OpenBLAS's own workers spin for ~0.1 s after every threaded call,
     on the cores graphopt's workers and numba's need next, so graphopt never wakes them.
-    Outside a plan call (compile-time timing) BLAS keeps the user's setting. The library
-    is asked, not only graphopt's record: the user may have limited it meanwhile."""
-    if _active_calls and (_blas_threads != 1 or any(lib.get_num_threads() != 1
-                                                    for lib in _blas_libs)):
+    Outside a plan call (compile-time timing) BLAS keeps the user's setting."""
+    if _blas_threads != 1 and _active_calls:
         with _lock:
-            _set_blas(1, force=True)
+            _set_blas(1)
 
 
 def blas_for_step(n: int) -> None:

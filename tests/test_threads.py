@@ -11,7 +11,7 @@ import graphopt as go
 from graphopt import threads
 
 
-def attention_graph(B=2, H=4, Q=64, D=32):
+def attention_graph(B=2, H=4, Q=128, D=64):
     g = go.Graph("attention")
     q, k, v = (g.input(n, (B, H, Q, D), "float32") for n in "qkv")
     s = go.einsum("bhqd,bhkd->bhqk", q, k) / math.sqrt(D)
@@ -19,7 +19,7 @@ def attention_graph(B=2, H=4, Q=64, D=32):
     return g
 
 
-def attention_inputs(B=2, H=4, Q=64, D=32, seed=0):
+def attention_inputs(B=2, H=4, Q=128, D=64, seed=0):
     r = np.random.default_rng(seed)
     return {n: r.standard_normal((B, H, Q, D), dtype=np.float32) for n in "qkv"}
 
@@ -260,3 +260,17 @@ def test_concurrent_calls_split_numba_threads():
         t.join(timeout=60)
     # the first call in got 2 and the second 1 (budget // calls in flight)
     assert sorted(seen) == [1, 2]
+
+
+def test_a_gemm_blas_runs_on_one_thread_anyway_leaves_blas_alone(monkeypatch):
+    """Below OpenBLAS's own threading threshold graphopt neither splits nor limits (the
+    per-call cost of limiting would be most of a small plan's time)."""
+    before = user_blas_threads()
+    rec = BlasRecorder(monkeypatch)
+    g = go.Graph("tiny")
+    a, b = g.input("a", (16, 16), "float32"), g.input("b", (16, 16), "float32")
+    g.output(go.einsum("ij,jk->ik", a, b))
+    x = np.eye(16, dtype=np.float32)
+    np.testing.assert_array_equal(go.compile(g, threads=2)(a=x, b=x), x)
+    assert [blas for _, blas, _ in rec.calls] == [before]
+    assert threads.blas_threads() is None

@@ -16,6 +16,10 @@ import numpy as np
 
 from .. import threads
 
+# OpenBLAS runs a real GEMM of at most this many M*N*K multiply-adds on one thread whatever
+# its thread count (SMP_THRESHOLD_MIN * GEMM_MULTITHREAD_THRESHOLD); it threads complex ones
+# from a quarter of that (measured: 131072 threaded). Below it graphopt leaves BLAS alone.
+SMALL_GEMM = {"f": 65536 * 4, "c": 65536}
 # Below this many FLOPs per part, waking a worker costs more than the part.
 SPLIT_MIN_FLOPS = 4e6
 # Column or row cuts fall on multiples of this (whole register tiles of BLAS kernels).
@@ -44,7 +48,9 @@ def gemm_parts(shape_a, shape_b, nthreads: int) -> tuple[str, list[tuple[int, in
 
 def threaded_matmul(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
     """``np.matmul(a, b, out=c)`` on the calling plan's threads (see the module doc)."""
-    threads.blas_one_thread()   # even a small GEMM: OpenBLAS threads some complex ones
+    if a.shape[-2] * a.shape[-1] * b.shape[-1] <= SMALL_GEMM.get(c.dtype.kind, 0):
+        return np.matmul(a, b, out=c)
+    threads.blas_one_thread()
     axis, ranges = gemm_parts(a.shape, b.shape, threads.current_threads())
     if axis == "whole":
         return np.matmul(a, b, out=c)
