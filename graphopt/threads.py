@@ -6,7 +6,9 @@ may run on (``os.sched_getaffinity``). Every plan call runs between ``enter_call
 ``exit_call``:
 
 - a call alone gets the whole budget; concurrent calls from other user threads share it
-  (``budget // calls`` each), so four user threads on two cores never start eight;
+  (``budget // calls in flight`` each), and at most the process budget's worth of calls
+  run at once (the others wait for a slot), so four user threads on two cores never start
+  eight;
 - numba kernels get the call's share through ``numba.set_num_threads`` (per thread);
 - BLAS runs one thread inside graphopt: a large GEMM is split over the call's threads by
   graphopt itself (``backends/cpu_gemm.py``) and tiled blocks run in parallel
@@ -242,12 +244,32 @@ def _libgomp_loaded() -> bool:
 # ------------------------------------------------------------------------------ per call
 
 
+_gate: threading.BoundedSemaphore | None = None
+
+
+def _call_gate() -> threading.BoundedSemaphore:
+    """At most ``default_threads()`` calls run at once; the others wait for a slot. More
+    only time-slice the same cores and evict each other's caches."""
+    global _gate
+    if _gate is None:
+        with _lock:
+            if _gate is None:
+                _gate = threading.BoundedSemaphore(default_threads())
+    return _gate
+
+
 def enter_call(plan_threads: int | None) -> int:
-    """A plan call starts in this thread: returns the threads it may use (numba set to
-    them for this thread). Pair with ``exit_call``."""
+    """A plan call starts in this thread (waiting for a slot while the process budget's
+    worth of calls run): returns the threads it may use, ``budget // calls in flight``
+    (numba set to them for this thread). A call made inside a call (same thread) takes no
+    slot. Pair with ``exit_call``."""
     global _active_calls
     mine = _local.__dict__
     budget = mine.get("override") or plan_threads or _default or default_threads()
+    depth = mine.get("depth", 0)
+    if depth == 0:
+        (_gate or _call_gate()).acquire()
+    mine["depth"] = depth + 1
     with _lock:
         _active_calls += 1
         calls = _active_calls
@@ -264,6 +286,10 @@ def exit_call() -> None:
         _active_calls -= 1
         if _active_calls == 0 and _blas_threads is not None:
             _restore_user_blas()
+    mine = _local.__dict__
+    mine["depth"] -= 1
+    if mine["depth"] == 0:
+        _gate.release()
 
 
 def active_calls() -> int:

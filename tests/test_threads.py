@@ -241,36 +241,41 @@ def test_four_user_threads_share_the_budget_and_get_right_results(monkeypatch, s
     assert user_blas_threads() == before
 
 
-def test_concurrent_calls_split_numba_threads():
-    seen, barrier = [], threading.Barrier(2)
+def test_calls_beyond_the_budget_wait_for_a_slot(monkeypatch):
+    """Budget 2: two calls run side by side (the second gets budget // 2 threads); a third
+    waits until one of them ends. A call inside a call (same thread) takes no slot."""
+    monkeypatch.setattr(threads, "_gate", threading.BoundedSemaphore(2))
+    inside, release, order = threading.Barrier(3), threading.Event(), []
 
-    def call():
+    def holder(name):
         n = threads.enter_call(2)
         try:
-            barrier.wait(timeout=30)     # both calls are in flight now
-            seen.append(n)
-            barrier.wait(timeout=30)
+            order.append((name, n))
+            inside.wait(timeout=30)
+            release.wait(timeout=30)
         finally:
             threads.exit_call()
 
-    ts = [threading.Thread(target=call) for _ in range(2)]
-    for t in ts:
-        t.start()
-    for t in ts:
-        t.join(timeout=60)
-    # the first call in got 2 and the second 1 (budget // calls in flight)
-    assert sorted(seen) == [1, 2]
+    def late():
+        threads.enter_call(2)
+        try:
+            order.append(("late", 0))
+        finally:
+            threads.exit_call()
 
-
-def test_a_gemm_blas_runs_on_one_thread_anyway_leaves_blas_alone(monkeypatch):
-    """Below OpenBLAS's own threading threshold graphopt neither splits nor limits (the
-    per-call cost of limiting would be most of a small plan's time)."""
-    before = user_blas_threads()
-    rec = BlasRecorder(monkeypatch)
-    g = go.Graph("tiny")
-    a, b = g.input("a", (16, 16), "float32"), g.input("b", (16, 16), "float32")
-    g.output(go.einsum("ij,jk->ik", a, b))
-    x = np.eye(16, dtype=np.float32)
-    np.testing.assert_array_equal(go.compile(g, threads=2)(a=x, b=x), x)
-    assert [blas for _, blas, _ in rec.calls] == [before]
-    assert threads.blas_threads() is None
+    hs = [threading.Thread(target=holder, args=(f"h{i}",)) for i in range(2)]
+    for h in hs:
+        h.start()
+    inside.wait(timeout=30)
+    assert sorted(n for _, n in order) == [1, 2]     # the first in got 2, the second 1
+    t = threading.Thread(target=late)
+    t.start()
+    t.join(timeout=0.3)
+    assert t.is_alive() and len(order) == 2          # no slot for it yet
+    release.set()
+    for x in hs + [t]:
+        x.join(timeout=30)
+    assert order[-1][0] == "late" and threads.active_calls() == 0
+    assert threads.enter_call(1) == 1 and threads.enter_call(1) == 1   # nested: no slot
+    threads.exit_call()
+    threads.exit_call()

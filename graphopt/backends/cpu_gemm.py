@@ -33,7 +33,7 @@ def gemm_parts(shape_a, shape_b, nthreads: int) -> tuple[str, list[tuple[int, in
     n = shape_b[-1]
     batch = lead[0] if lead else 1
     flops = 2.0 * batch * m * n * k
-    parts = min(nthreads, int(flops // SPLIT_MIN_FLOPS))
+    parts = nthreads if SPLIT_MIN_FLOPS <= 0 else min(nthreads, int(flops // SPLIT_MIN_FLOPS))
     if parts < 2:
         return "whole", [(0, 1)]
     if batch >= parts:
