@@ -113,14 +113,19 @@ def budget_for(plan_threads: int | None, local: bool = True) -> tuple[int, str]:
 # ------------------------------------------------------------------------ BLAS and numba
 
 
-def _blas_controllers():
-    """threadpoolctl's controllers of every BLAS loaded now (lock held); found once, and
-    again if another library has loaded one since."""
-    global _blas_libs
-    if _blas_libs is None:
+_blas_libs_at = -1   # len(sys.modules) when the BLAS libraries were listed
+
+
+def _blas_controllers(refresh: bool = False):
+    """threadpoolctl's controllers of every BLAS loaded (lock held): listed once, and with
+    ``refresh`` again if modules were imported since (a new BLAS comes with an import, e.g.
+    scipy's OpenBLAS)."""
+    global _blas_libs, _blas_libs_at
+    if _blas_libs is None or (refresh and _blas_libs_at != len(sys.modules)):
         from threadpoolctl import ThreadpoolController
 
         _blas_libs = ThreadpoolController().select(user_api="blas").lib_controllers
+        _blas_libs_at = len(sys.modules)
     return _blas_libs
 
 
@@ -130,7 +135,7 @@ def _set_blas(n: int) -> None:
     global _blas_threads, _user_blas
     if _blas_threads == n:
         return
-    libs = _blas_controllers()
+    libs = _blas_controllers(refresh=_user_blas is None)
     if _user_blas is None:
         _user_blas = [lib.get_num_threads() for lib in libs]
     for lib in libs:
@@ -244,18 +249,28 @@ def _libgomp_loaded() -> bool:
 # ------------------------------------------------------------------------------ per call
 
 
-_gate: threading.BoundedSemaphore | None = None
+_gate = None    # a queue of slot tokens (SimpleQueue: C-level blocking get, no Condition)
 
 
-def _call_gate() -> threading.BoundedSemaphore:
+def _call_gate():
     """At most ``default_threads()`` calls run at once; the others wait for a slot. More
     only time-slice the same cores and evict each other's caches."""
     global _gate
     if _gate is None:
         with _lock:
             if _gate is None:
-                _gate = threading.BoundedSemaphore(default_threads())
+                _gate = call_slots(default_threads())
     return _gate
+
+
+def call_slots(n: int):
+    """A gate of ``n`` slots: ``get()`` takes one (waiting), ``put(None)`` gives it back."""
+    import queue
+
+    q = queue.SimpleQueue()
+    for _ in range(n):
+        q.put(None)
+    return q
 
 
 def enter_call(plan_threads: int | None) -> int:
@@ -268,7 +283,7 @@ def enter_call(plan_threads: int | None) -> int:
     budget = mine.get("override") or plan_threads or _default or default_threads()
     depth = mine.get("depth", 0)
     if depth == 0:
-        (_gate or _call_gate()).acquire()
+        (_gate or _call_gate()).get()
     mine["depth"] = depth + 1
     with _lock:
         _active_calls += 1
@@ -289,7 +304,7 @@ def exit_call() -> None:
     mine = _local.__dict__
     mine["depth"] -= 1
     if mine["depth"] == 0:
-        _gate.release()
+        _gate.put(None)
 
 
 def active_calls() -> int:

@@ -244,7 +244,7 @@ def test_four_user_threads_share_the_budget_and_get_right_results(monkeypatch, s
 def test_calls_beyond_the_budget_wait_for_a_slot(monkeypatch):
     """Budget 2: two calls run side by side (the second gets budget // 2 threads); a third
     waits until one of them ends. A call inside a call (same thread) takes no slot."""
-    monkeypatch.setattr(threads, "_gate", threading.BoundedSemaphore(2))
+    monkeypatch.setattr(threads, "_gate", threads.call_slots(2))
     inside, release, order = threading.Barrier(3), threading.Event(), []
 
     def holder(name):
