@@ -304,6 +304,7 @@ def exit_call() -> None:
     mine = _local.__dict__
     mine["depth"] -= 1
     if mine["depth"] == 0:
+        mine["call"] = None       # outside a call, kernels run on one thread
         _gate.put(None)
 
 
@@ -363,6 +364,18 @@ def run_parallel(fn, chunks: list, threads: int) -> list:
             _local.call = prev
             set_numba_threads(prev)
         return [first] + [f.result() for f in futs]
+
+
+# Below this many FLOPs per thread, waking a worker costs more than the work it is given.
+WORKER_MIN_FLOPS = 4e6
+
+
+def useful_threads(flops: float, nthreads: int) -> int:
+    """How many of ``nthreads`` threads ``flops`` of work can keep busy enough to pay for
+    waking them (at least 1)."""
+    if WORKER_MIN_FLOPS <= 0:
+        return max(1, nthreads)
+    return max(1, min(nthreads, int(flops // WORKER_MIN_FLOPS)))
 
 
 def split(n: int, parts: int) -> list[tuple[int, int]]:

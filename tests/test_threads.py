@@ -36,12 +36,11 @@ def reference(g, inputs):
 def small_tiles(monkeypatch):
     """Tile small regions (so a test graph of a few MiB becomes several blocks) and let
     any region run its blocks in parallel."""
-    from graphopt.backends import tiled
     from graphopt.passes import tiling
 
     monkeypatch.setattr(tiling, "TILE_MIN_BYTES", 1 << 14)
     monkeypatch.setattr(tiling, "TILE_BYTES", 1 << 14)
-    monkeypatch.setattr(tiled, "PARALLEL_MIN_FLOPS_PER_THREAD", 0)
+    monkeypatch.setattr(threads, "WORKER_MIN_FLOPS", 0)
 
 
 class BlasRecorder:
@@ -131,6 +130,7 @@ def test_a_large_gemm_is_split_over_the_call_threads_with_one_blas_thread_each(m
     assert len(rec.calls) == 2 and len({t for t, _, _ in rec.calls}) == 2
     assert all(set(blas) == {1} for _, blas, _ in rec.calls)
     assert threads.active_calls() == 0 and user_blas_threads() == before
+    assert threads.current_threads() == 1      # outside a call: one thread
     with go.thread_budget(1):                     # one thread: one BLAS call, one thread
         rec.calls.clear()
         np.testing.assert_allclose(p(a=x, b=y), x @ y, rtol=1e-12, atol=1e-12)

@@ -20,8 +20,6 @@ from .. import threads
 # its thread count (SMP_THRESHOLD_MIN * GEMM_MULTITHREAD_THRESHOLD); it threads complex ones
 # from a quarter of that (measured: 131072 threaded). Below it graphopt leaves BLAS alone.
 SMALL_GEMM = {"f": 65536 * 4, "c": 65536}
-# Below this many FLOPs per part, waking a worker costs more than the part.
-SPLIT_MIN_FLOPS = 4e6
 # Column or row cuts fall on multiples of this (whole register tiles of BLAS kernels).
 CUT_ALIGN = 16
 
@@ -33,7 +31,7 @@ def gemm_parts(shape_a, shape_b, nthreads: int) -> tuple[str, list[tuple[int, in
     n = shape_b[-1]
     batch = lead[0] if lead else 1
     flops = 2.0 * batch * m * n * k
-    parts = nthreads if SPLIT_MIN_FLOPS <= 0 else min(nthreads, int(flops // SPLIT_MIN_FLOPS))
+    parts = threads.useful_threads(flops, nthreads)
     if parts < 2:
         return "whole", [(0, 1)]
     if batch >= parts:

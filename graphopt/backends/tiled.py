@@ -23,16 +23,11 @@ import numpy as np
 from .. import ir, threads
 from ..plan import Kernel
 
-# Below this many FLOPs per thread, waking a worker costs more than the blocks it runs.
-PARALLEL_MIN_FLOPS_PER_THREAD = 2e6
-
-
 def parallel_blocks(nblocks: int, flops: float, nthreads: int) -> bool:
     """Blocks in parallel (one BLAS thread each) rather than in sequence (BLAS and the
     kernels threaded)? Independent blocks scale without synchronization inside a block, so
     whenever every thread gets a block and enough work to pay for waking it."""
-    return nthreads > 1 and nblocks >= nthreads and \
-        flops / nthreads >= PARALLEL_MIN_FLOPS_PER_THREAD
+    return 1 < nthreads <= nblocks and threads.useful_threads(flops, nthreads) == nthreads
 
 
 def _block_shape(shape, lead, block) -> tuple:
@@ -61,8 +56,7 @@ def block_graph(sub: nx.MultiDiGraph, lead: tuple, block: tuple) -> nx.MultiDiGr
 
 def _thread_plan(nblocks: int, flops: float) -> str:
     """What ``parallel_blocks`` decides for every thread count, in words (the report)."""
-    most = nblocks if PARALLEL_MIN_FLOPS_PER_THREAD <= 0 else \
-        min(nblocks, int(flops // PARALLEL_MIN_FLOPS_PER_THREAD))
+    most = min(nblocks, threads.useful_threads(flops, nblocks))
     if most < 2:
         return "blocks in sequence, each member on all the call's threads"
     return (f"blocks in parallel (one BLAS thread each) on 2 to {most} threads; in sequence, "
@@ -145,7 +139,9 @@ def tiled_kernel(G: nx.MultiDiGraph, n: int, kernel_of, flops: float = 0.0,
                 threads.exit_call()
             timings[mode] = min(ms, timings.get(mode, ms))
         pinned[:] = [min(timings, key=timings.get)]
-        details.update(threads=f"blocks {pinned[0] if pinned[0] == 'sequential' else 'in parallel'}"
-                               f" on more than one thread: faster measured on {nthreads} "
-                               "threads (opt_level 3)", threads_timings_ms=timings)
+        how = "in parallel (one BLAS thread each)" if pinned[0] == "parallel" else \
+            "in sequence, each member on all the call's threads"
+        details.update(threads=f"blocks {how} whenever a call has more than one thread: "
+                               f"faster measured on {nthreads} threads (opt_level 3)",
+                       threads_timings_ms=timings)
     return Kernel(f"tiled_{n}", fn, source, impl, node=n, details=details, uses_threads=True)

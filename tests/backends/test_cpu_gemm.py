@@ -15,8 +15,8 @@ from graphopt.backends import cpu_gemm
 @contextlib.contextmanager
 def split_everything(call: bool = True):
     """Split every product, however small (inside a call with 3 threads if ``call``)."""
-    saved = cpu_gemm.SPLIT_MIN_FLOPS, cpu_gemm.SMALL_GEMM, cpu_gemm.CUT_ALIGN
-    cpu_gemm.SPLIT_MIN_FLOPS, cpu_gemm.SMALL_GEMM, cpu_gemm.CUT_ALIGN = 0, {}, 2
+    saved = threads.WORKER_MIN_FLOPS, cpu_gemm.SMALL_GEMM, cpu_gemm.CUT_ALIGN
+    threads.WORKER_MIN_FLOPS, cpu_gemm.SMALL_GEMM, cpu_gemm.CUT_ALIGN = 0, {}, 2
     if call:
         threads.enter_call(3)
     try:
@@ -24,7 +24,7 @@ def split_everything(call: bool = True):
     finally:
         if call:
             threads.exit_call()
-        cpu_gemm.SPLIT_MIN_FLOPS, cpu_gemm.SMALL_GEMM, cpu_gemm.CUT_ALIGN = saved
+        threads.WORKER_MIN_FLOPS, cpu_gemm.SMALL_GEMM, cpu_gemm.CUT_ALIGN = saved
 
 
 def operand(r, shape, dtype):
