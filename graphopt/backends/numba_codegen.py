@@ -24,7 +24,8 @@ back to the reference implementation. Operands may have any strides and byte ord
 (non-contiguous ones are copied) and may be read-only; ``out`` must be C-contiguous.
 
 Kernels loop over the output with ``prange`` over the outer dimension(s) (one thread below
-``PARALLEL_MIN`` elements); dims are collapsed wherever every operand is contiguous across
+``PARALLEL_MIN`` elements; below ``NOGIL_MIN`` they keep the GIL, which under contention costs
+less than handing it over and back); dims are collapsed wherever every operand is contiguous across
 them, so the common case is one flat loop LLVM vectorizes, and values invariant in an inner
 loop are computed outside it. Transcendentals call ``numba_math.FAST[(op, dtype)]``
 approximations when ``fast_math`` is set (those in ``numba_math.KERNEL_SAFE``: not sin/cos),
@@ -60,8 +61,9 @@ from ..einsum import to_ascii
 from .disk_cache import cache_dir, load_module as _load_module  # noqa: F401
 from ..passes.fusion import build_subgraph, classify, group_maps, is_pointwise, reduction_maps
 
-CODEGEN_VERSION = "3"
+CODEGEN_VERSION = "4"
 PARALLEL_MIN = 1 << 16   # loop-space elements below which a kernel runs on one thread
+NOGIL_MIN = 1 << 14      # loop-space elements below which a kernel keeps the GIL
 BLOCK = 1 << 14          # elements per parallel block of a flat loop
 COL_BLOCK = 256          # output columns per block of a column reduction
 MAX_CHUNKS = 64          # parallel chunks of a full reduction
@@ -745,6 +747,11 @@ class _Source:
     def module(self, struct_key: str) -> str:
         body = self.kernel_body()
         sub, root = self.sub, self.root
+        # Releasing the GIL lets other threads run during the loop, but under contention
+        # every release is a hand-over and a wait to get it back (~10-25 us): more than a
+        # small kernel's whole run. Tiled blocks, the ones graphopt runs in parallel
+        # threads, are far above the threshold.
+        self.nogil = self.parallel or math.prod(self.space) >= NOGIL_MIN
         rd = sub.nodes[root]
         params = [n for n, _, _ in self.arg_specs] + ["out"]
         out_cshape = tuple(self.cext[c] for c in self.out_cmap) or (1,)
@@ -770,7 +777,8 @@ class _Source:
                 f"pattern {self.pattern}: {' -> '.join(ops_)}",
                 f"# out {tuple(rd['shape'])} {rd['dtype']}; loop space {self.space} "
                 f"collapsed to {tuple(self.cext)} ({self.mode} loops, "
-                f"{'parallel' if self.parallel else 'one thread'})",
+                f"{'parallel' if self.parallel else 'one thread'}, "
+                f"{'releases' if self.nogil else 'keeps'} the GIL)",
                 f"# fast math: {'on' if self.fast_math else 'off'}; numba_math "
                 f"{self.fast_digest}; numba_scalar {_file_digest('numba_scalar')}",
                 "import cmath  # noqa: F401", "", "import numba", "import numpy as np",
@@ -789,7 +797,8 @@ class _Source:
         head += [f"{name} = {text}" for name, text in self.globals.items()]
         head += [f"{name} = {text}" for name, text in types.items()]
         head += ["", "", f"@numba.njit(nt.void({', '.join(sig)}), "
-                 f"parallel={self.parallel}, nogil=True, cache=True, error_model=\"numpy\")",
+                 f"parallel={self.parallel}, nogil={self.nogil}, cache=True, "
+                 "error_model=\"numpy\")",
                  f"def kernel({', '.join(params)}):"]
         return "\n".join(head + body + [""] + self.wrapper(out_cshape)) + "\n"
 
