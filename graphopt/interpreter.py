@@ -14,15 +14,19 @@ import numpy as np
 
 from . import ir, ops
 from .errors import VALUE_ERRORS, GraphError
+from .liveness import execution_order
+from .signature import bind_inputs, restructure
 
 
 def eval_node(G: nx.MultiDiGraph, n: int, args: Sequence[np.ndarray]) -> np.ndarray:
-    """The value of node ``n`` given its operand values."""
+    """The value of node ``n`` given its operand values (a fused node's: its sub-graph run
+    here)."""
     d = G.nodes[n]
     try:
         with np.errstate(all="ignore"), warnings.catch_warnings():
             warnings.simplefilter("ignore", np.exceptions.ComplexWarning)
-            out = np.asarray(ops.OPS[d["op"]].impl(list(args), d["attrs"]))
+            out = np.asarray(run_graph(d["attrs"]["graph"], args)[0] if d["op"] == ops.FUSED
+                             else ops.OPS[d["op"]].impl(list(args), d["attrs"]))
     except GraphError as e:
         raise e.located(op=d["op"], src=d.get("src"), node=n) from None
     except VALUE_ERRORS as e:
@@ -42,7 +46,7 @@ def run_graph(G: nx.MultiDiGraph, inputs: Sequence[np.ndarray]) -> list[np.ndarr
     ins = G.graph["inputs"]
     if len(inputs) != len(ins):
         raise GraphError(f"graph takes {len(ins)} inputs, got {len(inputs)}")
-    order = G.graph.get("schedule") or ir.topo_order(G)
+    order = execution_order(G)
     remaining = {n: G.out_degree(n) for n in G}
     for o in G.graph["outputs"]:
         remaining[o] += 1
@@ -63,7 +67,5 @@ def run_graph(G: nx.MultiDiGraph, inputs: Sequence[np.ndarray]) -> list[np.ndarr
 def interpret(G: nx.MultiDiGraph, *args, **kwargs):
     """Run ``G`` on user arguments (positional in input order, or by name) and return the
     structure given to ``g.output``. Inputs are validated as a compiled plan validates them."""
-    from .plan import bind_inputs, restructure
-
     arrays = bind_inputs(G, args, kwargs)
     return restructure(G.graph["output_structure"], run_graph(G, arrays))

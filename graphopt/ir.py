@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import heapq
+import weakref
 import math
 from typing import Iterable
 
@@ -140,6 +141,26 @@ def _fail(G, n, msg, pass_name=None):
     raise GraphError(msg + extra, op=d.get("op"), src=d.get("src"), node=n)
 
 
+# Fused sub-graphs are never mutated once built (passes share them between graph copies),
+# so one verify per sub-graph object is enough: the pass manager verifies after every pass.
+_VERIFIED_GROUPS: "weakref.WeakSet" = weakref.WeakSet()
+
+
+def _verify_group(G: nx.MultiDiGraph, n: int, pass_name: str | None) -> None:
+    sub = G.nodes[n]["attrs"].get("graph")
+    if sub in _VERIFIED_GROUPS:
+        return
+    if not isinstance(sub, nx.MultiDiGraph):
+        _fail(G, n, f"fused node's sub-graph is {type(sub).__name__}, not an IR", pass_name)
+    try:
+        verify(sub)
+    except GraphError as e:
+        _fail(G, n, f"fused sub-graph: {e.detail}", pass_name)
+    if len(sub.graph.get("outputs", ())) != 1:
+        _fail(G, n, "fused sub-graph must have exactly one output", pass_name)
+    _VERIFIED_GROUPS.add(sub)
+
+
 def verify(G: nx.MultiDiGraph, *, pass_name: str | None = None) -> None:
     """Check every IR invariant; raise ``GraphError`` naming the node, op and source line.
 
@@ -170,6 +191,8 @@ def verify(G: nx.MultiDiGraph, *, pass_name: str | None = None) -> None:
             if args:
                 _fail(G, n, "input node has operands", pass_name)
             continue
+        if d["op"] == ops.FUSED:
+            _verify_group(G, n, pass_name)
         try:
             shape, dtype = ops.infer(d["op"], [G.nodes[u]["shape"] for u in operands(G, n)],
                                      [G.nodes[u]["dtype"] for u in operands(G, n)], d["attrs"])

@@ -11,21 +11,13 @@ from __future__ import annotations
 import networkx as nx
 
 from . import cost, ir
-from .memory import naive_memory_plan
-from .plan import Plan, Step
-
-
-def _valid_schedule(G, order) -> bool:
-    if order is None or len(order) != G.number_of_nodes() or set(order) != set(G.nodes):
-        return False
-    pos = {n: i for i, n in enumerate(order)}
-    return all(pos[u] < pos[v] for u, v in G.edges())
+from .kernel import Step
+from .liveness import execution_order, naive_memory_plan
+from .plan import Plan
 
 
 def lower(G: nx.MultiDiGraph, source_graph: nx.MultiDiGraph, backend, ctx, report) -> Plan:
-    order = G.graph.get("schedule")
-    if not _valid_schedule(G, order):
-        order = ir.topo_order(G)
+    order = execution_order(G)
     mem = G.graph.get("memory_plan") or naive_memory_plan(G, order)
     slot = {n: i for i, n in enumerate(order)}
     init_vals: list = [None] * len(order)

@@ -11,7 +11,6 @@ from __future__ import annotations
 import functools
 import math
 import warnings
-import weakref
 from dataclasses import dataclass
 from typing import Callable
 
@@ -340,23 +339,13 @@ register_op(OpDef("const", SOURCE, _const_impl,
 
 
 def _fused_impl(args, attrs):
-    from .interpreter import run_graph
-
-    return run_graph(attrs["graph"], args)[0]
-
-
-# Fused sub-graphs are never mutated once built (passes share them between graph copies),
-# so one verify per sub-graph object is enough: the pass manager verifies after every pass.
-_VERIFIED_GROUPS: "weakref.WeakSet" = weakref.WeakSet()
+    raise GraphError("a fused node's value is its sub-graph's: graphopt.interpreter.eval_node "
+                     "runs it", op=FUSED)
 
 
 def _fused_infer(shapes, dtypes, attrs):
-    from . import ir
-
+    """Operands against the sub-graph's inputs (``ir.verify`` checks the sub-graph itself)."""
     sub = attrs["graph"]
-    if sub not in _VERIFIED_GROUPS:
-        ir.verify(sub)
-        _VERIFIED_GROUPS.add(sub)
     for i, (nid, s, d) in enumerate(zip(sub.graph["inputs"], shapes, dtypes)):
         node = sub.nodes[nid]
         if tuple(node["shape"]) != tuple(s) or node["dtype"] != d:

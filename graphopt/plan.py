@@ -8,184 +8,17 @@ may be called from several threads at once. User inputs are never written to.
 
 from __future__ import annotations
 
-import math
 import threading
-import warnings
-from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any
 
-import networkx as nx
 import numpy as np
 
 from . import threads
-from .errors import VALUE_ERRORS, GraphError, InputError
+from .errors import VALUE_ERRORS
+from .liveness import MemoryPlan
+from .kernel import Kernel, Step, step_error
+from .signature import bind_inputs, restructure
 
-ALIGN = 64  # bytes: cache-line (and AVX-512) aligned buffers
-
-
-@dataclass
-class Kernel:
-    """A compiled step body: ``fn(args, out) -> array`` writes into ``out`` when given.
-
-    ``source`` is readable code (generated source, or the library call it makes) and
-    ``impl`` names the implementation chosen (e.g. ``numpy``, ``blas-gemm``, ``numba-fused``).
-    ``uses_threads``: the kernel spreads over the call's threads (BLAS, parallel loops or
-    blocks); otherwise it runs on the calling thread alone.
-    """
-
-    name: str
-    fn: Callable
-    source: str
-    impl: str
-    node: int | None = None
-    details: dict = field(default_factory=dict)
-    uses_threads: bool = False
-
-    def __repr__(self) -> str:
-        return f"Kernel({self.name!r}, impl={self.impl!r})"
-
-
-@dataclass
-class Step:
-    """One executed step: a kernel, where its operands are, and where its result goes."""
-
-    index: int
-    name: str
-    node: int | None
-    op_kinds: tuple[str, ...]
-    kernel: Kernel
-    in_slots: tuple[int, ...]
-    out_slot: int
-    shape: tuple[int, ...]
-    dtype: str
-    offset: int | None          # arena byte offset, or None for a returned/unplanned value
-    is_output: bool
-    flops: int
-    bytes: int
-    srcs: tuple[str, ...] = ()
-
-    @property
-    def nbytes(self) -> int:
-        return math.prod(self.shape) * np.dtype(self.dtype).itemsize
-
-
-@dataclass
-class MemoryPlan:
-    """Where each intermediate lives in the arena, and what that costs.
-
-    ``naive_bytes``: every intermediate in its own buffer; ``planned_bytes``: the arena;
-    ``lower_bound_bytes``: the most bytes live at any one step (no plan can do better).
-    ``inplace`` maps a node to the operand whose buffer it overwrites."""
-
-    offsets: dict[int, int]
-    sizes: dict[int, int]
-    naive_bytes: int
-    planned_bytes: int
-    lower_bound_bytes: int
-    inplace: dict[int, int] = field(default_factory=dict)
-    intervals: dict[int, tuple[int, int]] = field(default_factory=dict)
-
-    def to_dict(self) -> dict:
-        return {"naive_bytes": self.naive_bytes, "planned_bytes": self.planned_bytes,
-                "lower_bound_bytes": self.lower_bound_bytes,
-                "offsets": {str(k): v for k, v in self.offsets.items()},
-                "inplace": {str(k): v for k, v in self.inplace.items()}}
-
-
-def align(n: int) -> int:
-    return (n + ALIGN - 1) // ALIGN * ALIGN
-
-
-# ------------------------------------------------------------------------ inputs / outputs
-
-
-def bind_inputs(G: nx.MultiDiGraph, args: Sequence, kwargs: dict) -> list:
-    """Match call arguments to the graph's inputs and validate names, shapes and dtypes.
-
-    Arrays must have the declared dtype exactly; Python scalars and lists are converted to
-    it. Raises ``InputError`` naming the input, what was expected and what came."""
-    ins = G.graph["inputs"]
-    names = [G.nodes[i]["name"] for i in ins]
-    if len(args) > len(names):
-        raise InputError(f"plan takes {len(names)} input(s) {names}, got {len(args)} "
-                         "positional arguments")
-    bound = dict(zip(names, args))
-    for k, v in kwargs.items():
-        if k in bound:
-            raise InputError(f"input {k!r} given both positionally and by name")
-        if k not in names:
-            raise InputError(f"unexpected input {k!r}; the plan's inputs are {names}")
-        bound[k] = v
-    missing = [n for n in names if n not in bound]
-    if missing:
-        raise InputError(f"missing input(s) {missing}; the plan's inputs are {names}")
-    out = []
-    for nid, name in zip(ins, names):
-        d = G.nodes[nid]
-        v = bound[name]
-        shape, dtype = tuple(d["shape"]), d["dtype"]
-        if not (hasattr(v, "shape") and hasattr(v, "dtype")):
-            v = convert_exact(v, dtype, name, d.get("src"))
-        elif isinstance(v, np.ndarray) and not v.dtype.isnative:
-            v = v.astype(v.dtype.newbyteorder("="))   # byte-swapped: same values, native order
-        if tuple(v.shape) != shape or np.dtype(v.dtype).name != dtype:
-            raise InputError(f"input {name!r} expects shape {shape} dtype {dtype}, got shape "
-                             f"{tuple(v.shape)} dtype {np.dtype(v.dtype).name}",
-                             op="input", src=d.get("src"))
-        out.append(v)
-    return out
-
-
-def convert_exact(v, dtype: str, name: str, src=None) -> np.ndarray:
-    """A Python scalar or (nested) list as an array of ``dtype``, only where no value
-    changes: ``[1.7]`` into int32, ``2**40`` into int32, ``3`` into bool and strings are
-    refused. Python floats may round into a narrower float type (NumPy treats Python scalars
-    as weakly typed), but never overflow to inf."""
-    def refuse(why):
-        return InputError(f"input {name!r}: cannot convert {type(v).__name__} to {dtype} "
-                          f"exactly: {why}", op="input", src=src)
-
-    try:
-        a = np.asarray(v)
-    except (TypeError, ValueError, OverflowError) as e:
-        raise refuse(f"{type(e).__name__}: {e}") from None
-    if a.dtype.kind not in "biufc":
-        raise refuse(f"its values are {a.dtype} (strings and objects are never converted)")
-    target = np.dtype(dtype)
-    with np.errstate(all="ignore"), warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        c = a.astype(target)
-        back = c.astype(a.dtype)
-    rounding_ok = a.dtype.kind in "fc" and target.kind in "fc" and (a.dtype.kind == "f" or
-                                                                    target.kind == "c")
-    if rounding_ok:
-        bad = np.isfinite(a) & ~np.isfinite(c)
-    else:
-        bad = ~((back == a) | (np.isnan(a) & np.isnan(back) if a.dtype.kind in "fc" else False))
-    if np.any(bad):
-        first = a[bad].flat[0] if a.ndim else a[()]
-        raise refuse(f"{first!r} does not fit")
-    return c
-
-
-def step_error(step: "Step", e: Exception) -> GraphError:
-    """``e``, raised while running ``step``, as a ``GraphError`` naming the step's ops and the
-    user's source lines."""
-    return GraphError(f"{type(e).__name__} in step {step.index} ({step.name}: "
-                      f"{' '.join(step.op_kinds)}): {e}", op=step.op_kinds[-1] if step.op_kinds
-                      else None, src=", ".join(step.srcs) or None, node=step.node)
-
-
-def restructure(struct: dict, values: list):
-    """Arrange output values in the structure given to ``g.output``."""
-    kind = struct["kind"]
-    if kind == "tensor":
-        return values[0]
-    if kind == "tuple":
-        return tuple(values)
-    if kind == "list":
-        return list(values)
-    return dict(zip(struct["keys"], values))
 
 
 # ----------------------------------------------------------------------------------- arena
@@ -248,11 +81,9 @@ class Plan(StepsIntrospection):
         # Pre-bound program: the hot loop touches nothing else.
         self._program = tuple((s.kernel.fn, s.in_slots, s.out_slot, s.index) for s in steps)
         self._output_allocs = tuple((s.index, s.shape, s.dtype) for s in steps if s.is_output)
-        from .backends.base import Backend
-
         # The common call (arrays of exactly the declared shape and dtype, on a backend that
         # computes on host arrays as they are) skips the general binding: 11 -> 2 us.
-        self._fast_bind = type(backend).asarray is Backend.asarray
+        self._fast_bind = backend.host_arrays
         ins = graph.graph["inputs"]
         self._names = tuple(graph.nodes[i]["name"] for i in ins)
         self._signature = tuple((np.dtype(graph.nodes[i]["dtype"]), tuple(graph.nodes[i]["shape"]))

@@ -12,7 +12,7 @@ import networkx as nx
 import numpy as np
 
 from ..errors import GraphError
-from ..plan import Kernel
+from ..kernel import Kernel
 
 
 class Backend:
@@ -24,6 +24,9 @@ class Backend:
     # no backend and no pass reads, so a misspelling is an error, not a silent default).
     compile_options: frozenset = frozenset()
     oom_errors: tuple = (MemoryError,)
+    # Computes on the caller's host arrays as they are (``asarray`` is the identity): a plan
+    # may then bind exactly-typed NumPy inputs without converting them.
+    host_arrays = True
 
     def __init__(self, **options):
         self.options = options

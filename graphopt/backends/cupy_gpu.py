@@ -29,7 +29,9 @@ import numpy as np
 from .. import einsum as einsum_mod
 from .. import ir, ops
 from ..errors import GraphError
-from ..plan import Kernel, Plan, restructure
+from ..kernel import Kernel
+from ..plan import Plan
+from ..signature import restructure
 from . import cuda_codegen as cg
 from .gemm import GemmPlan, gemm_plan, gemm_source, run_gemm, transpose_copy_bytes
 from .base import Backend, register_backend
@@ -88,6 +90,7 @@ class CupyBackend(Backend):
     compile_options = frozenset({"cuda_graph", "to_host"})
     install_hint = ("needs an NVIDIA GPU and cupy: pip install cupy-cuda12x (CUDA 12) or "
                     "cupy-cuda13x (CUDA 13)")
+    host_arrays = False     # inputs are copied to the device
 
     def __init__(self, **options):
         super().__init__(**options)

@@ -35,8 +35,10 @@ import numpy as np
 
 from .. import cost, ir
 from ..errors import VALUE_ERRORS, GraphError
-from ..memory import naive_memory_plan
-from ..plan import Kernel, StepsIntrospection, Step, bind_inputs, restructure
+from ..liveness import execution_order, naive_memory_plan
+from ..kernel import Kernel, Step
+from ..plan import StepsIntrospection
+from ..signature import bind_inputs, restructure
 from .base import Backend, register_backend
 
 PROGRESS_MIN_TASKS = 5000
@@ -197,9 +199,7 @@ class DaskPlan(StepsIntrospection):
 
     @classmethod
     def build(cls, G, source_graph, backend, ctx, report) -> "DaskPlan":
-        order = G.graph.get("schedule")
-        if not order or set(order) != set(G.nodes):
-            order = ir.topo_order(G)
+        order = execution_order(G)
         steps = []
         for n in order:
             d = G.nodes[n]

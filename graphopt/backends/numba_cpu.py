@@ -28,7 +28,7 @@ from .. import cost, ops, threads
 from .. import einsum as einsum_mod
 from ..einsum import to_ascii
 from ..errors import GraphError
-from ..plan import Kernel
+from ..kernel import Kernel
 from .base import Backend, register_backend
 from .cpu_gemm import threaded_matmul
 from .gemm import gemm_plan, gemm_source, run_gemm, transpose_copy_bytes

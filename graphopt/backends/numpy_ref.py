@@ -8,7 +8,7 @@ import numpy as np
 
 from .. import ops, threads
 from ..interpreter import eval_node
-from ..plan import Kernel
+from ..kernel import Kernel
 from .base import Backend, register_backend
 
 

@@ -21,7 +21,7 @@ import networkx as nx
 import numpy as np
 
 from .. import ir, threads
-from ..plan import Kernel
+from ..kernel import Kernel
 
 def parallel_blocks(nblocks: int, flops: float, nthreads: int) -> bool:
     """Blocks in parallel (one BLAS thread each) rather than in sequence (BLAS and the

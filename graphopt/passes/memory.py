@@ -5,7 +5,7 @@ Liveness comes from ``graphopt.memory.liveness_intervals`` over the execution or
 node takes over an operand's buffer where that operand dies at the node and has the same
 byte size (both arena values: never an input, constant or output). Buffers then get arena
 offsets by best fit, largest first (as XLA's heap simulator and TFLite's arena planner do),
-64-byte aligned. The result is a ``plan.MemoryPlan`` in ``graph["memory_plan"]``.
+64-byte aligned. The result is a ``liveness.MemoryPlan`` in ``graph["memory_plan"]``.
 """
 
 from __future__ import annotations
@@ -17,19 +17,8 @@ import numpy as np
 
 from .. import ir, ops
 from ..errors import GraphError
-from ..memory import liveness_intervals
-from ..plan import ALIGN, MemoryPlan, align
+from ..liveness import ALIGN, MemoryPlan, align, execution_order, liveness_intervals
 from .manager import PassResult, register_pass
-
-
-def execution_order(G) -> list[int]:
-    """The order lowering runs: a valid ``schedule`` attr, else ``ir.topo_order``."""
-    order = G.graph.get("schedule")
-    if isinstance(order, list) and len(order) == G.number_of_nodes() and set(order) == set(G):
-        pos = {n: i for i, n in enumerate(order)}
-        if all(pos[u] < pos[v] for u, v in G.edges()):
-            return list(order)
-    return ir.topo_order(G)
 
 
 def _writes_elementwise(G, n: int, k: int) -> bool:
@@ -105,7 +94,7 @@ def assign_arena_offsets(intervals: dict, sizes: dict, inplace: dict | None = No
 
     ``intervals[n] = (first, last)`` step positions (inclusive) and ``sizes[n]`` bytes, per
     node; ``inplace[n] = u`` makes ``n`` share ``u``'s buffer. Two buffers whose intervals
-    overlap never share bytes; offsets are multiples of ``plan.ALIGN``.
+    overlap never share bytes; offsets are multiples of ``liveness.ALIGN``.
     """
     offsets: dict[int, int] = {}
     placed: list[tuple[int, int, int, int]] = []  # (offset, size, first, last)

@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 import graphopt as go
 from graphopt.backends import BACKENDS
 from graphopt.interpreter import run_graph
-from graphopt.plan import bind_inputs
+from graphopt.signature import bind_inputs
 from graphopt.testing.fuzz import random_case
 from graphopt.testing.oracle import check_against_oracle
 

@@ -1,14 +1,55 @@
-"""Liveness over a schedule, and the naive memory plan (every intermediate its own buffer).
-
-The ``memory`` pass builds a better plan (in-place reuse, shared offsets) on top of these.
+"""The execution order, liveness over it, and the ``MemoryPlan`` (with the naive one: every
+intermediate its own buffer). The ``memory`` pass builds a better plan (in-place reuse,
+shared offsets) on top of these; lowering, the interpreter and dask run ``execution_order``.
 """
 
 from __future__ import annotations
 
 import networkx as nx
 
+from dataclasses import dataclass, field
+
 from . import ir
-from .plan import MemoryPlan, align
+
+ALIGN = 64  # bytes: cache-line (and AVX-512) aligned buffers
+
+
+@dataclass
+class MemoryPlan:
+    """Where each intermediate lives in the arena, and what that costs.
+
+    ``naive_bytes``: every intermediate in its own buffer; ``planned_bytes``: the arena;
+    ``lower_bound_bytes``: the most bytes live at any one step (no plan can do better).
+    ``inplace`` maps a node to the operand whose buffer it overwrites."""
+
+    offsets: dict[int, int]
+    sizes: dict[int, int]
+    naive_bytes: int
+    planned_bytes: int
+    lower_bound_bytes: int
+    inplace: dict[int, int] = field(default_factory=dict)
+    intervals: dict[int, tuple[int, int]] = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        return {"naive_bytes": self.naive_bytes, "planned_bytes": self.planned_bytes,
+                "lower_bound_bytes": self.lower_bound_bytes,
+                "offsets": {str(k): v for k, v in self.offsets.items()},
+                "inplace": {str(k): v for k, v in self.inplace.items()}}
+
+
+def align(n: int) -> int:
+    return (n + ALIGN - 1) // ALIGN * ALIGN
+
+
+def execution_order(G: nx.MultiDiGraph) -> list[int]:
+    """The one order a graph's nodes run in: a valid ``schedule`` attr, else
+    ``ir.topo_order``."""
+    order = G.graph.get("schedule")
+    if isinstance(order, list) and len(order) == G.number_of_nodes() and set(order) == set(G):
+        pos = {n: i for i, n in enumerate(order)}
+        if all(pos[u] < pos[v] for u, v in G.edges()):
+            return list(order)
+    return ir.topo_order(G)
 
 
 def arena_nodes(G: nx.MultiDiGraph, order: list[int]) -> list[int]:

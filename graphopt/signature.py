@@ -1,0 +1,94 @@
+"""A graph's call signature: binding call arguments to its inputs (names, shapes, dtypes,
+exact conversion of Python values) and arranging outputs in the structure given to
+``g.output``. Used by the interpreter and every plan, so both validate alike."""
+
+from __future__ import annotations
+
+import warnings
+from typing import Sequence
+
+import networkx as nx
+import numpy as np
+
+from .errors import InputError
+
+
+def bind_inputs(G: nx.MultiDiGraph, args: Sequence, kwargs: dict) -> list:
+    """Match call arguments to the graph's inputs and validate names, shapes and dtypes.
+
+    Arrays must have the declared dtype exactly; Python scalars and lists are converted to
+    it. Raises ``InputError`` naming the input, what was expected and what came."""
+    ins = G.graph["inputs"]
+    names = [G.nodes[i]["name"] for i in ins]
+    if len(args) > len(names):
+        raise InputError(f"plan takes {len(names)} input(s) {names}, got {len(args)} "
+                         "positional arguments")
+    bound = dict(zip(names, args))
+    for k, v in kwargs.items():
+        if k in bound:
+            raise InputError(f"input {k!r} given both positionally and by name")
+        if k not in names:
+            raise InputError(f"unexpected input {k!r}; the plan's inputs are {names}")
+        bound[k] = v
+    missing = [n for n in names if n not in bound]
+    if missing:
+        raise InputError(f"missing input(s) {missing}; the plan's inputs are {names}")
+    out = []
+    for nid, name in zip(ins, names):
+        d = G.nodes[nid]
+        v = bound[name]
+        shape, dtype = tuple(d["shape"]), d["dtype"]
+        if not (hasattr(v, "shape") and hasattr(v, "dtype")):
+            v = convert_exact(v, dtype, name, d.get("src"))
+        elif isinstance(v, np.ndarray) and not v.dtype.isnative:
+            v = v.astype(v.dtype.newbyteorder("="))   # byte-swapped: same values, native order
+        if tuple(v.shape) != shape or np.dtype(v.dtype).name != dtype:
+            raise InputError(f"input {name!r} expects shape {shape} dtype {dtype}, got shape "
+                             f"{tuple(v.shape)} dtype {np.dtype(v.dtype).name}",
+                             op="input", src=d.get("src"))
+        out.append(v)
+    return out
+
+
+def convert_exact(v, dtype: str, name: str, src=None) -> np.ndarray:
+    """A Python scalar or (nested) list as an array of ``dtype``, only where no value
+    changes: ``[1.7]`` into int32, ``2**40`` into int32, ``3`` into bool and strings are
+    refused. Python floats may round into a narrower float type (NumPy treats Python scalars
+    as weakly typed), but never overflow to inf."""
+    def refuse(why):
+        return InputError(f"input {name!r}: cannot convert {type(v).__name__} to {dtype} "
+                          f"exactly: {why}", op="input", src=src)
+
+    try:
+        a = np.asarray(v)
+    except (TypeError, ValueError, OverflowError) as e:
+        raise refuse(f"{type(e).__name__}: {e}") from None
+    if a.dtype.kind not in "biufc":
+        raise refuse(f"its values are {a.dtype} (strings and objects are never converted)")
+    target = np.dtype(dtype)
+    with np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        c = a.astype(target)
+        back = c.astype(a.dtype)
+    rounding_ok = a.dtype.kind in "fc" and target.kind in "fc" and (a.dtype.kind == "f" or
+                                                                    target.kind == "c")
+    if rounding_ok:
+        bad = np.isfinite(a) & ~np.isfinite(c)
+    else:
+        bad = ~((back == a) | (np.isnan(a) & np.isnan(back) if a.dtype.kind in "fc" else False))
+    if np.any(bad):
+        first = a[bad].flat[0] if a.ndim else a[()]
+        raise refuse(f"{first!r} does not fit")
+    return c
+
+
+def restructure(struct: dict, values: list):
+    """Arrange output values in the structure given to ``g.output``."""
+    kind = struct["kind"]
+    if kind == "tensor":
+        return values[0]
+    if kind == "tuple":
+        return tuple(values)
+    if kind == "list":
+        return list(values)
+    return dict(zip(struct["keys"], values))
