@@ -13,7 +13,7 @@ import graphopt as go
 from graphopt import compiler
 from graphopt.interpreter import run_graph
 from graphopt.testing import graphs, inputs_for
-from graphopt.testing.semantics import compare_outputs, _graph_tolerance
+from graphopt.testing.semantics import compare_outputs, graph_tolerance
 
 LEVELS = (0, 1, 2, 3)
 
@@ -42,7 +42,7 @@ def test_every_opt_level_matches_the_interpreter(g, data, level):
     struct = G.graph["output_structure"]["kind"]
     got = ([got] if struct == "tensor" else list(got.values()) if struct == "dict"
            else list(got))
-    rtol, atol = _graph_tolerance(G, plan.graph)
+    rtol, atol = graph_tolerance(G, plan.graph)
     for k, (e, a) in enumerate(zip(expected, got)):
         diff = compare_outputs(e, a, rtol, atol)
         assert diff is None, f"opt_level={level} output {k}: {diff}"

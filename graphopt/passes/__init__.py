@@ -1,10 +1,12 @@
 """Optimization passes, one per module; ``manager.py`` runs them (DESIGN §4)."""
 
+from .instruments import CheckSemantics, DumpIR, PassInstrument
 from .manager import (PASSES, PIPELINES, PassContext, PassManager, PassRecord, PassResult,
                       get_pass, pipeline_for, register_pass, register_pipeline)
 
 __all__ = ["PASSES", "PIPELINES", "PassContext", "PassManager", "PassRecord", "PassResult",
-           "get_pass", "pipeline_for", "register_pass", "register_pipeline"]
+           "PassInstrument", "CheckSemantics", "DumpIR", "get_pass", "pipeline_for",
+           "register_pass", "register_pipeline"]
 
 # Built-in passes register themselves on import.
 from . import (contraction, cse, dce, fusion, memory, schedule, simplify,  # noqa: F401, E402

@@ -2,9 +2,10 @@
 
 A pass is ``pass_(G, ctx) -> PassResult(graph, record)`` and never mutates ``G``. Timing,
 node counts and ``changed`` are recorded here, once, for every pass (STYLE 4); a pass only
-reports its own facts in ``details``. ``GRAPHOPT_DUMP=dir`` writes the IR after each pass as
-``NN_<pass>.json``; ``GRAPHOPT_DISABLE=a,b`` switches passes off by name;
-``GRAPHOPT_DEBUG=1`` also checks each pass's semantics against the interpreter.
+reports its own facts in ``details``. Instruments (``instruments.py``) watch the pipeline:
+``GRAPHOPT_DUMP=dir`` adds ``DumpIR`` (the IR after each pass as ``NN_<pass>.json``),
+``GRAPHOPT_DEBUG=1`` adds ``CheckSemantics`` (each pass against the interpreter);
+``GRAPHOPT_DISABLE=a,b`` switches passes off by name.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import networkx as nx
 
 from .. import ir
 from ..errors import GraphError
+from .instruments import CheckSemantics, DumpIR, PassInstrument
 
 
 @dataclass
@@ -132,18 +134,24 @@ class PassManager:
         passes: pass callables or registered names.
         disable: names to skip.
         verify: run ``ir.verify`` after every pass.
-        debug: also compare every pass's output with the interpreter on random inputs.
-        dump_dir: write the IR after each pass as JSON (``GRAPHOPT_DUMP``).
+        debug: also compare every pass's output with the interpreter on random inputs
+            (adds ``CheckSemantics``; default ``GRAPHOPT_DEBUG``).
+        dump_dir: write the IR after each pass as JSON (adds ``DumpIR``; default
+            ``GRAPHOPT_DUMP``).
+        instruments: more ``PassInstrument``s, called after every pass in this order.
     """
 
     def __init__(self, passes: Iterable, *, disable: Iterable[str] = (), verify: bool = True,
-                 debug: bool | None = None, dump_dir: str | None = None):
+                 debug: bool | None = None, dump_dir: str | None = None,
+                 instruments: Sequence[PassInstrument] = ()):
         self.passes = [(p if isinstance(p, str) else _pass_name(p), p) for p in passes]
         self.disable = set(disable) | env_disabled()
         self.verify = verify
         self.debug = bool(int(os.environ.get("GRAPHOPT_DEBUG", "0") or 0)) if debug is None \
             else debug
         self.dump_dir = dump_dir if dump_dir is not None else os.environ.get("GRAPHOPT_DUMP")
+        self.instruments = list(instruments) + [CheckSemantics()] * self.debug + \
+            ([DumpIR(self.dump_dir)] if self.dump_dir else [])
 
     def run(self, G: nx.MultiDiGraph, ctx: PassContext | None = None):
         """Returns ``(optimized_graph, records)``; ``G`` itself is left untouched."""
@@ -180,16 +188,8 @@ class PassManager:
                     "memory_plan" not in G.graph
             rec.name, rec.seconds = name, seconds
             rec.nodes_before, rec.nodes_after = G.number_of_nodes(), H.number_of_nodes()
-            if self.debug:
-                from ..testing.semantics import check_same_semantics
-
-                check_same_semantics(G, H, name)
-            if self.dump_dir:
-                from ..serialize import graph_to_json
-
-                os.makedirs(self.dump_dir, exist_ok=True)
-                with open(os.path.join(self.dump_dir, f"{i:02d}_{name}.json"), "w") as f:
-                    f.write(graph_to_json(H))
+            for instrument in self.instruments:
+                instrument.after_pass(i, name, G, H, ctx)
             records.append(rec)
             done.append(name)
             G, known_hash = H, after_hash

@@ -18,6 +18,7 @@ import numpy as np
 from hypothesis import strategies as st
 
 from .. import graph as gb
+from ..equivalence import random_values  # noqa: F401  (part of the kit's API)
 from ..graph import Graph, Tensor
 from .einsums import ASCII_LABELS, LIMIT
 from .einsums import chain as _chain
@@ -45,19 +46,6 @@ def _bcast(*shapes):
         return tuple(np.broadcast_shapes(*shapes))
     except ValueError:
         return None
-
-
-def random_values(rng: np.random.Generator, shape, dtype) -> np.ndarray:
-    """Bounded random values: floats in [-2, 2], complex within 2, ints in [-3, 3]."""
-    dt = np.dtype(dtype)
-    if dt.kind == "b":
-        return rng.random(shape) < 0.5
-    if dt.kind in "iu":
-        return rng.integers(-3, 4, size=shape).astype(dt)
-    if dt.kind == "c":
-        z = rng.uniform(-1.4, 1.4, size=shape) + 1j * rng.uniform(-1.4, 1.4, size=shape)
-        return np.asarray(z).astype(dt)
-    return np.asarray(rng.uniform(-2, 2, size=shape)).astype(dt)
 
 
 class Builder:

@@ -1,7 +1,8 @@
 """Checking that a pass keeps a graph's meaning, with the interpreter as the oracle.
 
-``check_same_semantics`` compares two IRs on random inputs (the pass manager's debug
-mode calls it after every pass); ``assert_pass_preserves_semantics`` property-tests a pass
+``check_same_semantics`` (from ``graphopt.equivalence``) compares two IRs on random inputs
+(the pass manager's ``CheckSemantics`` instrument calls it after every pass in debug mode);
+``assert_pass_preserves_semantics`` property-tests a pass
 on hypothesis-generated graphs and reports a shrunk counterexample as readable text.
 """
 
@@ -10,105 +11,11 @@ from __future__ import annotations
 import numpy as np
 
 from .. import ir
+from ..equivalence import (check_same_semantics, compare_outputs, graph_tolerance,  # noqa: F401
+                           io_signature, random_inputs, tolerance)
 from ..errors import GraphError
 from ..interpreter import run_graph
 from ..passes.manager import PassContext, PassResult
-from .generators import random_values
-
-_TOL = {"float16": 1e-2, "float32": 1e-4, "complex64": 1e-4, "float64": 1e-9,
-        "complex128": 1e-9}
-
-
-def tolerance(dtype) -> tuple[float, float]:
-    """``(rtol, atol)`` for comparing values of ``dtype`` computed in different orders.
-
-    ``atol`` is relative to the output's magnitude (``max(1, max|expected|)``), so
-    cancellation in a reassociated sum does not count as a difference. Ints and bools
-    must match exactly.
-    """
-    t = _TOL.get(np.dtype(dtype).name, 0.0)
-    return t, t
-
-
-def _graph_tolerance(*graphs) -> tuple[float, float]:
-    """The loosest tolerance over every dtype computed anywhere in the graphs: a float64
-    output of float32 work carries float32 rounding."""
-    rt = 0.0
-    for G in graphs:
-        for _, d in G.nodes(data=True):
-            rt = max(rt, tolerance(d["dtype"])[0])
-            if d["op"] == "fused":
-                rt = max(rt, _graph_tolerance(d["attrs"]["graph"])[0])
-    return rt, rt
-
-
-def compare_outputs(expected, actual, rtol: float, atol: float) -> str | None:
-    """None if ``actual`` matches ``expected`` (same shape and dtype, values within
-    tolerance, NaN where NaN), else what differs."""
-    e, a = np.asarray(expected), np.asarray(actual)
-    if e.shape != a.shape or e.dtype != a.dtype:
-        return f"expected {e.shape} {e.dtype.name}, got {a.shape} {a.dtype.name}"
-    if e.dtype.kind in "biu" or (rtol == 0 and atol == 0):
-        bad = e != a
-        if np.any(bad):
-            return f"{int(np.sum(bad))} of {e.size} element(s) differ (exact dtype)"
-        return None
-    scale = max(1.0, float(np.max(np.abs(e[np.isfinite(e)]), initial=0.0)))
-    if np.allclose(a, e, rtol=rtol, atol=atol * scale, equal_nan=True):
-        return None
-    with np.errstate(all="ignore"):
-        err = np.abs(a.astype(complex) - e.astype(complex))
-    err = np.where(np.isnan(err), np.inf, err)
-    return (f"max abs error {float(np.max(err)):.3g} (rtol {rtol:g}, atol {atol * scale:.3g}); "
-            f"{int(np.sum(~np.isclose(a, e, rtol=rtol, atol=atol * scale, equal_nan=True)))} "
-            f"of {e.size} element(s) differ")
-
-
-def random_inputs(G, rng: np.random.Generator) -> list[np.ndarray]:
-    """Bounded random values for ``G``'s inputs, in input order."""
-    return [random_values(rng, G.nodes[i]["shape"], G.nodes[i]["dtype"])
-            for i in G.graph["inputs"]]
-
-
-def _signature(G) -> tuple:
-    ins = tuple((G.nodes[i].get("name"), tuple(G.nodes[i]["shape"]), G.nodes[i]["dtype"])
-                for i in G.graph["inputs"])
-    outs = tuple((tuple(G.nodes[o]["shape"]), G.nodes[o]["dtype"]) for o in G.graph["outputs"])
-    return ins, outs, repr(G.graph.get("output_structure"))
-
-
-def check_same_semantics(G_before, G_after, pass_name: str, n_trials: int = 3,
-                         seed: int = 0) -> None:
-    """Run both IRs on the same random inputs; raise ``GraphError`` naming the pass and the
-    first output that differs.
-
-    The signatures (input names/shapes/dtypes, output shapes/dtypes and structure) must
-    be equal. A trial on which the *original* graph itself fails is skipped.
-    """
-    sb, sa = _signature(G_before), _signature(G_after)
-    for what, x, y in zip(("inputs", "outputs", "output structure"), sb, sa):
-        if x != y:
-            raise GraphError(f"pass {pass_name!r} changed the graph's {what}: {x} -> {y}")
-    rtol, atol = _graph_tolerance(G_before, G_after)
-    rng = np.random.default_rng(seed)
-    for trial in range(n_trials):
-        inputs = random_inputs(G_before, rng)
-        try:
-            expected = run_graph(G_before, inputs)
-        except Exception:  # value-dependent failure of the original graph
-            continue
-        try:
-            actual = run_graph(G_after, inputs)
-        except Exception as e:
-            raise GraphError(f"pass {pass_name!r} produced a graph the interpreter cannot "
-                             f"run: {type(e).__name__}: {e}") from e
-        for k, (e, a) in enumerate(zip(expected, actual)):
-            diff = compare_outputs(e, a, rtol, atol)
-            if diff:
-                o = G_after.graph["outputs"][k]
-                d = G_after.nodes[o]
-                raise GraphError(f"pass {pass_name!r} changed output {k} (trial {trial}, "
-                                 f"seed {seed}): {diff}", op=d["op"], src=d.get("src"), node=o)
 
 
 # ------------------------------------------------------------------------ readable graphs
@@ -180,7 +87,7 @@ def check_pass_once(pass_, G, inputs: dict, ctx=None) -> str | None:
         ir.verify(H, pass_name=name)
     except GraphError as e:
         return f"pass {name!r} produced an invalid IR: {e}\nafter the pass:\n{graph_text(H)}"
-    sb, sa = _signature(G), _signature(H)
+    sb, sa = io_signature(G), io_signature(H)
     if sb != sa:
         return f"pass {name!r} changed the graph's signature: {sb} -> {sa}"
     arrays = [inputs[G.nodes[i]["name"]] for i in G.graph["inputs"]]
@@ -189,7 +96,7 @@ def check_pass_once(pass_, G, inputs: dict, ctx=None) -> str | None:
         actual = run_graph(H, arrays)
     except Exception as e:
         return f"the interpreter failed on the pass's output: {type(e).__name__}: {e}"
-    rtol, atol = _graph_tolerance(G, H)
+    rtol, atol = graph_tolerance(G, H)
     for k, (e, a) in enumerate(zip(expected, actual)):
         diff = compare_outputs(e, a, rtol, atol)
         if diff:

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 import graphopt as go
 from graphopt.interpreter import interpret
 from graphopt.testing import graphs, inputs_for
-from graphopt.testing.semantics import _graph_tolerance, compare_outputs
+from graphopt.testing.semantics import graph_tolerance, compare_outputs
 
 pytestmark = pytest.mark.dist
 distributed = pytest.importorskip("distributed")
@@ -44,7 +44,7 @@ def as_list(v):
 
 def assert_matches_interpreter(g, plan, inputs):
     G = g.to_ir()
-    rtol, atol = _graph_tolerance(G, plan.graph)
+    rtol, atol = graph_tolerance(G, plan.graph)
     expected, got = as_list(interpret(G, **inputs)), as_list(plan(**inputs))
     assert len(expected) == len(got)
     for e, a in zip(expected, got):

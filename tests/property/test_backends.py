@@ -12,7 +12,7 @@ import graphopt as go
 from graphopt.backends import BACKENDS
 from graphopt.interpreter import interpret
 from graphopt.testing import graphs, inputs_for
-from graphopt.testing.semantics import _graph_tolerance, compare_outputs
+from graphopt.testing.semantics import graph_tolerance, compare_outputs
 
 # cupy needs a GPU and dask a cluster: their own suites run them (marked gpu / dist).
 HOST = sorted(name for name in BACKENDS if name not in ("cupy", "dask"))
@@ -31,7 +31,7 @@ def assert_plan_matches_interpreter(g, plan, inputs):
         expected = as_list(interpret(g.to_ir(), **inputs))
         got = as_list(plan(**inputs))
         again = as_list(plan(**inputs))
-    rtol, atol = _graph_tolerance(g.to_ir(), plan.graph)
+    rtol, atol = graph_tolerance(g.to_ir(), plan.graph)
     if plan.backend.name == "numba" and plan.options.get("fast_math", True):
         rtol, atol = max(rtol, 1e-5), max(atol, 1e-5)   # numba_math's bounds, with margin
     assert len(expected) == len(got)

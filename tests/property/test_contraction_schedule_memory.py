@@ -15,7 +15,7 @@ from graphopt.passes.contraction import contraction
 from graphopt.passes.memory import check_memory_plan, memory
 from graphopt.passes.schedule import peak_of, schedule
 from graphopt.testing import assert_pass_preserves_semantics, graphs, inputs_for
-from graphopt.testing.semantics import _graph_tolerance, compare_outputs
+from graphopt.testing.semantics import graph_tolerance, compare_outputs
 
 # Graphs rich in contraction groups: chains, multi-operand einsums, transposes, scalings.
 CONTRACTION_OPS = ("einsum", "chain", "matmul", "layout", "binary", "unary", "const", "shared")
@@ -163,7 +163,7 @@ def _compile_matches_interpreter(g, data, **compile_kwargs):
         assert limit is not None and m and int(m.group(1)) > limit, str(e)
         return
     want = interpret(G, **inputs)
-    rtol, atol = _graph_tolerance(G, plan.graph)
+    rtol, atol = graph_tolerance(G, plan.graph)
     for _ in range(2):  # the second call runs on a reused arena
         got = plan(**inputs)
         for e, a in zip(_leaves(want), _leaves(got)):
