@@ -1,7 +1,7 @@
 """The ``dask`` backend: plans over chunked ``dask.array`` inputs, run on dask.distributed.
 
 ``compile(g, backend="dask", chunks=..., client=...)`` runs the optimized graph as a dask
-graph (``dask_lowering``: contractions with ``dask.array.einsum``, fused groups per block
+graph (``dask_graph/``: contractions with ``dask.array.einsum``, fused groups per block
 with the generated numba kernels, tree reductions, sliced contractions as one task per
 slice). ``plan(...)`` computes on ``client`` (a ``distributed.Client`` or a scheduler
 address; default: the current default client, else dask's local threaded scheduler) and
@@ -28,8 +28,6 @@ from __future__ import annotations
 
 import importlib.util
 import math
-import sys
-import threading
 
 import numpy as np
 
@@ -40,11 +38,8 @@ from ..kernel import Kernel, Step
 from ..plan import StepsIntrospection
 from ..signature import bind_inputs, restructure
 from .base import Backend, register_backend
+from .dask_graph.cluster import PROGRESS_MIN_TASKS, _collection_graph, compute  # noqa: F401
 
-PROGRESS_MIN_TASKS = 5000
-_announced: set = set()
-_announce_lock = threading.Lock()
-_clients: dict = {}
 
 
 @register_backend
@@ -60,7 +55,8 @@ class DaskBackend(Backend):
 
     def kernel(self, G, n, ctx) -> Kernel:
         """A step that builds node ``n``'s dask array from its operands' (``out`` unused)."""
-        from .dask_lowering import StepLog, lower_node
+        from .dask_graph.blocks import lower_node
+        from .dask_graph.lowering import StepLog
 
         opts = lowering_options(ctx.options)
         d = G.nodes[n]
@@ -80,7 +76,7 @@ class DaskBackend(Backend):
 
 
 def lowering_options(options: dict):
-    from .dask_lowering import Options
+    from .dask_graph.lowering import Options
 
     kernel = options.get("block_kernel", "auto")
     if kernel not in ("auto", "numba", "numpy"):
@@ -238,7 +234,7 @@ class DaskPlan(StepsIntrospection):
 
     def _build(self, inputs: list, logs: dict | None = None) -> list:
         """The outputs' dask arrays for dask ``inputs`` (``logs``: per step, its StepLog)."""
-        from .dask_lowering import StepLog, constant
+        from .dask_graph.lowering import StepLog, constant
 
         G = self.graph
         env = dict(zip(G.graph["inputs"], inputs))
@@ -329,67 +325,9 @@ class DaskPlan(StepsIntrospection):
         return out
 
     def profile(self, *args, repeat: int = 3, warmup: int = 1, **kwargs):
-        """Per-step times on the cluster, steps run one after another (``dask_profile``)."""
-        from .dask_profile import profile_dask_plan
+        """Per-step times on the cluster, steps run one after another
+        (``dask_graph/profile.py``)."""
+        from .dask_graph.profile import profile_dask_plan
 
         return profile_dask_plan(self, bind_inputs(self.graph, args, kwargs), repeat=repeat,
                                  warmup=warmup)
-
-
-def _collection_graph(outs: list) -> dict:
-    """The task graph the scheduler receives for ``outs`` (after dask's optimizations)."""
-    import dask.base
-
-    try:
-        return dict(dask.base.collections_to_expr(outs).__dask_graph__())
-    except (AttributeError, TypeError):  # older dask
-        return dict(dask.base.collections_to_dsk(outs))
-
-
-# ------------------------------------------------------------------------------- computing
-
-
-def get_client(client):
-    """The client to compute on: ``client`` itself, a client for an address, the current
-    default client, or None (dask's local scheduler)."""
-    if client is not None and not isinstance(client, str):
-        return client
-    import distributed
-
-    if isinstance(client, str):
-        if client not in _clients:
-            _clients[client] = distributed.Client(client)
-        return _clients[client]
-    try:
-        return distributed.default_client()
-    except ValueError:
-        return None
-
-
-def _announce(client) -> None:
-    """Print the cluster's dashboard link, once per client."""
-    with _announce_lock:
-        if id(client) in _announced:
-            return
-        _announced.add(id(client))
-    services = (client.scheduler_info() or {}).get("services", {})
-    if "dashboard" in services:
-        print(f"graphopt[dask]: dashboard {client.dashboard_link}", file=sys.stderr)
-
-
-def compute(outs: list, client=None, progress="auto") -> list:
-    """Compute dask arrays ``outs`` on ``client`` (see ``get_client``), with a progress bar
-    where asked (``progress="auto"``: graphs of ``PROGRESS_MIN_TASKS`` tasks or more)."""
-    import dask
-
-    client = get_client(client)
-    if client is None:
-        return list(dask.compute(*outs))
-    _announce(client)
-    futures = client.compute(outs)
-    if progress is True or (progress == "auto" and
-                            sum(len(o.__dask_graph__()) for o in outs) >= PROGRESS_MIN_TASKS):
-        from distributed import progress as show_progress
-
-        show_progress(futures)
-    return client.gather(futures)

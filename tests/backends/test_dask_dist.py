@@ -159,11 +159,11 @@ def test_auto_chunks_follow_chunk_bytes_and_bad_chunks_are_errors(client):
 
 
 def test_progress_bar_and_dashboard_link_printed_once(client, capsys):
-    from graphopt.backends import dask_dist
+    from graphopt.backends.dask_graph import cluster
 
     g = matmul_graph(32)
     plan = go.compile(g, backend="dask", chunks=8, client=client, progress=True, cache=False)
-    dask_dist._announced.discard(id(client))
+    cluster._announced.discard(id(client))
     a = np.eye(32)
     plan(a=a, b=a)
     plan(a=a, b=a)

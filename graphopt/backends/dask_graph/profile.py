@@ -12,9 +12,9 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from .. import ir
-from ..profiler import Profile, StepEvent
-from .dask_dist import get_client
+from ... import ir
+from ...profiler import Profile, StepEvent
+from .cluster import get_client
 
 
 @dataclass
@@ -28,7 +28,7 @@ def profile_dask_plan(plan, arrays: list, repeat: int = 3, warmup: int = 1) -> P
     """Run ``plan`` on bound ``arrays`` step by step, ``warmup + repeat`` times."""
     import dask
 
-    from .dask_lowering import StepLog, constant
+    from .lowering import StepLog, constant
 
     client = get_client(plan.options.get("client"))
     G = plan.graph

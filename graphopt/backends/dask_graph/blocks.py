@@ -10,13 +10,14 @@ the block, once per block shape (dask's edge blocks have their own).
 - elementwise groups: one blockwise task per output block;
 - reduction groups: per block, the prologue and a partial reduction (dims kept); dask
   combines the partials in a tree (``split_every``); then the epilogue per block;
-- contraction groups: the einsum (``dask_lowering.lower_einsum``), then the epilogue per block.
+- contraction groups: the einsum (``lowering.lower_einsum``), then the epilogue per block.
 
 A group that reads one value at two index maps (``x + x.T``) runs op by op instead.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import math
 
 import dask.array as da
@@ -24,13 +25,22 @@ import networkx as nx
 import numpy as np
 from dask.base import tokenize
 
-from .. import ir, ops
-from ..interpreter import run_graph
-from ..passes.fusion import build_subgraph, group_maps, identity_map, operand_index_map
-from .dask_lowering import Options, StepLog, conform, constant, lower_einsum, lower_node
+from ... import ir, ops
+from ...interpreter import run_graph
+from ...passes.fusion import build_subgraph, group_maps, identity_map, operand_index_map
+from .lowering import Options, StepLog, conform, constant, lower_einsum, lower_op
 
 LETTERS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
 COMBINE = {"sum": "sum", "mean": "sum", "max": "max", "min": "min"}
+
+
+def lower_node(G: nx.MultiDiGraph, n: int, args: list, opts: Options, log: StepLog):
+    """The dask array of node ``n`` of ``G`` given its operands' dask arrays: a fused group
+    per block (``lower_fused``), any other op by ``lowering.lower_op``."""
+    d = G.nodes[n]
+    if d["op"] == ops.FUSED:
+        return conform(lower_fused(d["attrs"], args, opts, log), d, n)
+    return lower_op(G, n, args, opts, log)
 
 
 class Irregular(Exception):
@@ -264,9 +274,10 @@ class GroupBlocks:
         if policy == "numba" or (policy == "auto" and math.prod(extent.values(), start=1)
                                  >= self.opts.numba_min_elements):
             try:
-                from .numba_codegen import UnsupportedKernel, build_fused_kernel
+                from ..numba_codegen import UnsupportedKernel, build_fused_kernel
             except ImportError:
-                pass
+                if importlib.util.find_spec("numba") is not None:
+                    raise           # a broken install or import, not a missing numba
             else:
                 try:
                     k = build_fused_kernel(H, self.pattern, fast_math=self.opts.fast_math)

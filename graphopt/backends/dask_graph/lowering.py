@@ -3,7 +3,7 @@
 - ``einsum``: pairwise steps with ``dask.array.einsum`` (per-block ``np.einsum``, a tree sum
   over the blocks of contracted labels), multi-operand nodes along their ``path``; a node
   with ``slices`` runs one task per slice, tree-summed (``sliced_einsum``).
-- ``fused``: per block, with the generated numba kernels (``dask_blocks``).
+- ``fused``: per block, with the generated numba kernels (``blocks``).
 - elementwise, reduction, layout ops: dask's own (tree reductions, ``reshape``...).
 
 Operands whose chunks disagree along a shared dimension are rechunked once, to the chunks
@@ -21,11 +21,11 @@ import numpy as np
 from dask.base import tokenize
 from dask.highlevelgraph import HighLevelGraph
 
-from .. import ops
-from ..einsum import split as split_equation
-from ..einsum import to_ascii
-from ..errors import GraphError
-from ..slicing import PathContraction, default_path, label_sizes, play_path, slice_ranges
+from ... import ops
+from ...einsum import split as split_equation
+from ...einsum import to_ascii
+from ...errors import GraphError
+from ...slicing import PathContraction, default_path, label_sizes, play_path, slice_ranges
 
 
 @dataclass
@@ -72,8 +72,9 @@ def constant(value, opts: Options):
 # ------------------------------------------------------------------------------ one node
 
 
-def lower_node(G: nx.MultiDiGraph, n: int, args: list, opts: Options, log: StepLog):
-    """The dask array of node ``n`` of ``G`` given its operands' dask arrays."""
+def lower_op(G: nx.MultiDiGraph, n: int, args: list, opts: Options, log: StepLog):
+    """The dask array of node ``n`` of ``G`` (not a fused one: ``blocks.lower_node``) given
+    its operands' dask arrays."""
     d = G.nodes[n]
     op, attrs = d["op"], d["attrs"]
     kind = ops.OPS[op].kind
@@ -81,10 +82,6 @@ def lower_node(G: nx.MultiDiGraph, n: int, args: list, opts: Options, log: StepL
         return constant(attrs["value"], opts)
     if op == "einsum":
         res = lower_einsum(attrs, args, opts, log)
-    elif op == "fused":
-        from .dask_blocks import lower_fused
-
-        res = lower_fused(attrs, args, opts, log)
     elif kind == ops.REDUCTION:
         fn = getattr(da, op)
         res = fn(args[0], axis=tuple(attrs["axes"]), keepdims=attrs["keepdims"],
