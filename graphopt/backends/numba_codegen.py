@@ -59,7 +59,8 @@ import numpy as np
 from .. import ir, ops, threads
 from ..einsum import to_ascii
 from .disk_cache import cache_dir, load_module as _load_module  # noqa: F401
-from ..passes.fusion import build_subgraph, classify, group_maps, is_pointwise, reduction_maps
+from ..fused import (build_subgraph, classify, group_maps, is_pointwise, operand_index_map,
+                     reduction_maps)
 
 CODEGEN_VERSION = "4"
 PARALLEL_MIN = 1 << 16   # loop-space elements below which a kernel runs on one thread
@@ -835,12 +836,6 @@ class _Source:
         eq = self.sub.nodes[self.einsum]["attrs"]["equation"]
         ein = [f"args[{self.inputs.index(u)}]" for u in ir.operands(self.sub, self.einsum)]
         return lines + [_einsum_call(eq, ein), "    return epilogue(args, out)"]
-
-
-def operand_index_map(G, n, k, m):
-    from ..passes.fusion import operand_index_map as f
-
-    return f(G, n, k, m)
 
 
 # ------------------------------------------------------------------------------ building

@@ -29,7 +29,7 @@ from __future__ import annotations
 import math
 
 from .. import ir, ops
-from ..passes.fusion import EXPENSIVE, identity_map, normalization_maps
+from ..fused import EXPENSIVE, identity_map, normalization_maps
 from .numba_codegen import _T, PARALLEL_MIN, UnsupportedKernel, _decompose, _members, _Source
 
 ROW_TASKS = 256   # parallel tasks (blocks of rows), each with its own scratch rows

@@ -31,7 +31,7 @@ import numpy as np
 
 from .. import einsum as einsum_mod
 from .. import ir
-from .fusion import build_subgraph, group_maps, identity_map, normalization_maps
+from ..fused import build_subgraph, group_maps, identity_map, normalization_maps
 from .manager import PassResult, register_pass
 
 TILE_MIN_BYTES = 8 << 20   # intermediates a region must hold to be worth tiling

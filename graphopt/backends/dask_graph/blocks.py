@@ -1,7 +1,7 @@
 """Fused groups on dask: each group runs per block, with the kernel generated for the block.
 
 ``block_group`` maps the group's loop space onto ``dask.array.blockwise``: every operand is
-indexed by the loop dims its dims are read at (``passes.fusion`` index maps), and the
+indexed by the loop dims its dims are read at (``graphopt/fused.py`` index maps), and the
 per-block body (``GroupBlocks``) re-shapes the group to the block and calls the generated
 numba kernel (``numba_codegen.build_fused_kernel``) or, where numba is absent, the block is
 small or the generator declines, the interpreter. Kernels are built in the worker that runs
@@ -27,7 +27,7 @@ from dask.base import tokenize
 
 from ... import ir, ops
 from ...interpreter import run_graph
-from ...passes.fusion import build_subgraph, group_maps, identity_map, operand_index_map
+from ...fused import build_subgraph, group_maps, identity_map, operand_index_map
 from .lowering import Options, StepLog, conform, constant, lower_einsum, lower_op
 
 LETTERS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
@@ -149,7 +149,7 @@ def partial_reduction(pre: nx.MultiDiGraph):
 
 def index_maps(G: nx.MultiDiGraph) -> tuple[dict, tuple]:
     """Per node of a group sub-graph (inputs included, constants not), the loop dims its dims
-    are read at (``passes.fusion`` maps), and the loop space. Raises ``Irregular`` where a
+    are read at (``fused`` maps), and the loop space. Raises ``Irregular`` where a
     value is read at two maps."""
     root = G.graph["outputs"][0]
     members = _members(G)
