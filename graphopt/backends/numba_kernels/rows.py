@@ -28,9 +28,9 @@ from __future__ import annotations
 
 import math
 
-from .. import ir, ops
-from ..fused import EXPENSIVE, identity_map, normalization_maps
-from .numba_codegen import _T, PARALLEL_MIN, UnsupportedKernel, _decompose, _members, _Source
+from ... import ir, ops
+from ...fused import EXPENSIVE, identity_map, normalization_maps
+from .source import _T, PARALLEL_MIN, UnsupportedKernel, _decompose, _members, _Source
 
 ROW_TASKS = 256   # parallel tasks (blocks of rows), each with its own scratch rows
 
