@@ -46,7 +46,19 @@ def test_concurrency_benchmark_checks_every_result(tmp_path):
 
     out = tmp_path / "conc.json"
     assert concurrency.main(["--quick", "--workloads", "small,attention", "--threads", "4",
-                             "--calls", "2", "--repeat", "1", "--json", str(out)]) == 0
+                             "--calls", "2", "--repeat", "1", "--min-ms", "0",
+                             "--json", str(out)]) == 0
     res = json.loads(out.read_text())
     for name, r in res["workloads"].items():
         assert r["correct"] and r["calls"] == 8 and r["concurrent_ms"] > 0, name
+    assert 0 < res["workloads"]["small"]["python_floor"] < 10   # a sub-ms plan gets a floor
+
+
+def test_concurrency_rounds_grow_until_a_sequential_round_takes_min_ms(tmp_path):
+    from benchmarks import concurrency
+
+    out = tmp_path / "conc.json"
+    assert concurrency.main(["--quick", "--workloads", "small", "--threads", "2", "--calls",
+                             "1", "--repeat", "1", "--min-ms", "5", "--json", str(out)]) == 0
+    r = json.loads(out.read_text())["workloads"]["small"]
+    assert r["calls"] > 2 and r["sequential_ms"] >= 2.5, r

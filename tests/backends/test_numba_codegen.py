@@ -577,3 +577,21 @@ def test_read_only_operands_and_other_byte_orders():
 def table_value(H):
     (c,) = [n for n in H if H.nodes[n]["op"] == "const"]
     return H.nodes[c]["attrs"]["value"]
+
+
+@pytest.mark.parametrize("n, releases", [(64, False), (1 << 15, True)])
+def test_small_kernels_keep_the_gil_large_ones_release_it(n, releases):
+    """Under contention every GIL release is a hand-over and a wait to get it back: a kernel
+    below NOGIL_MIN elements keeps it; larger ones (and every parallel one) release it."""
+    from graphopt.backends.numba_codegen import NOGIL_MIN
+
+    assert (n >= NOGIL_MIN) == releases
+    g = go.Graph("gil")
+    x = g.input("x", (n,), "float64")
+    g.output(go.exp(x) * 2.0 + 1.0)
+    plan = go.compile(g, backend="numba", cache=False)
+    (k,) = [k for k in plan.kernels if k.impl == "numba-fused"]
+    assert f"nogil={releases}" in k.source
+    assert ("releases the GIL" if releases else "keeps the GIL") in k.source
+    x0 = np.linspace(-1, 1, n)
+    np.testing.assert_allclose(plan(x=x0), np.exp(x0) * 2.0 + 1.0, rtol=1e-6)
