@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import hashlib
 import heapq
-import weakref
 import math
+import weakref
 from typing import Iterable
 
 import networkx as nx
