@@ -14,7 +14,8 @@ Options (``compile(..., **options)``):
     chunk_bytes: the target chunk size of "auto" (default dask's ``array.chunk-size``).
     client: where ``plan(...)`` computes.
     progress: True / False / "auto" (default: a progress bar for graphs of at least
-        ``PROGRESS_MIN_TASKS`` tasks); a cluster's dashboard link is printed once.
+        ``dask_graph.cluster.PROGRESS_MIN_TASKS`` tasks); a cluster's dashboard link is
+        printed once.
     split_every: fan-in of tree reductions and sliced sums (default 4).
     block_kernel: "auto" (numba kernels for blocks of at least ``numba_min_elements``),
         "numba" or "numpy" (the interpreter per block); fast_math as for numba.
@@ -38,8 +39,7 @@ from ..kernel import Kernel, Step
 from ..plan import StepsIntrospection
 from ..signature import bind_inputs, restructure
 from .base import Backend, register_backend
-from .dask_graph.cluster import PROGRESS_MIN_TASKS, _collection_graph, compute  # noqa: F401
-
+from .dask_graph.cluster import collection_graph, compute
 
 
 @register_backend
@@ -275,7 +275,7 @@ class DaskPlan(StepsIntrospection):
                 info["sliced"] = log.sliced
             s.kernel.details.update(info)
             moved += [{"step": s.index, "node": s.node, **r} for r in log.rechunks]
-        graph = _collection_graph(outs)
+        graph = collection_graph(outs)
         self.details = {
             "input_chunks": chunks_in, "tasks": len(graph), "rechunks": moved,
             "bytes_moved": sum(r["bytes"] for r in moved),

@@ -18,7 +18,7 @@ import numpy as np
 from hypothesis import strategies as st
 
 from .. import graph as gb
-from ..equivalence import random_values  # noqa: F401  (part of the kit's API)
+from ..equivalence import random_values
 from ..graph import Graph, Tensor
 from .einsums import ASCII_LABELS, LIMIT
 from .einsums import chain as _chain

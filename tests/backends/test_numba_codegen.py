@@ -583,7 +583,7 @@ def table_value(H):
 def test_small_kernels_keep_the_gil_large_ones_release_it(n, releases):
     """Under contention every GIL release is a hand-over and a wait to get it back: a kernel
     below NOGIL_MIN elements keeps it; larger ones (and every parallel one) release it."""
-    from graphopt.backends.numba_codegen import NOGIL_MIN
+    from graphopt.backends.numba_kernels.source import NOGIL_MIN
 
     assert (n >= NOGIL_MIN) == releases
     g = go.Graph("gil")

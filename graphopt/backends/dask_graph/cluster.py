@@ -13,7 +13,7 @@ _announce_lock = threading.Lock()
 _clients: dict = {}
 
 
-def _collection_graph(outs: list) -> dict:
+def collection_graph(outs: list) -> dict:
     """The task graph the scheduler receives for ``outs`` (after dask's optimizations)."""
     import dask.base
 

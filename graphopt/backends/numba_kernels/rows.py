@@ -21,7 +21,7 @@ again is kept in a row-sized scratch buffer instead of being recomputed, e.g. so
 Sums accumulate float32 rows in float64 (never overflowing where the exact sum is finite)
 with ``numba_math.sum_add``, the one add LLVM may re-associate into vector lanes.
 
-Shares ``numba_codegen._Source``'s expressions, casts, constants and module layout.
+Shares ``source._Source``'s expressions, casts, constants and module layout.
 """
 
 from __future__ import annotations
