@@ -230,6 +230,12 @@ def verify(G: nx.MultiDiGraph, *, pass_name: str | None = None) -> None:
 # -------------------------------------------------------------------------- structural hash
 
 
+# Attributes that say where a node came from, not what it computes: no hash or CSE key
+# sees them, so the same graph built from another checkout (another absolute path) hashes
+# the same and caches the same.
+SOURCE_ATTRS = frozenset({"srcs"})
+
+
 def _attr_token(v) -> str:
     if isinstance(v, nx.MultiDiGraph):
         return "G" + structural_hash(v)
@@ -250,7 +256,8 @@ def node_hashes(G: nx.MultiDiGraph) -> dict[int, str]:
     out: dict[int, str] = {}
     for n in topo_order(G):
         d = G.nodes[n]
-        parts = [d["op"], repr(tuple(d["shape"])), d["dtype"], _attr_token(d["attrs"])]
+        attrs = {k: v for k, v in d["attrs"].items() if k not in SOURCE_ATTRS}
+        parts = [d["op"], repr(tuple(d["shape"])), d["dtype"], _attr_token(attrs)]
         if d["op"] == "input":
             parts += [repr(d.get("name")), repr(pos.get(n))]
         parts += [out[u] for u in operands(G, n)]

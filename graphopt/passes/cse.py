@@ -32,7 +32,7 @@ from .. import ir, ops
 from ..ir import _attr_token  # the structural hash's own attribute encoding: CSE agrees with it
 from .manager import PassResult, register_pass
 
-IGNORED_ATTRS = frozenset({"path", "slices", "srcs"})
+IGNORED_ATTRS = frozenset({"path", "slices"}) | ir.SOURCE_ATTRS
 SIGNED_ZERO_ORDERED = frozenset({"maximum", "minimum"})
 
 

@@ -42,7 +42,8 @@ def graph_text(G, indent: str = "") -> str:
         if d["op"] == "input":
             head = f"input {d.get('name')!r}"
         else:
-            attrs = {k: v for k, v in d["attrs"].items() if k not in ("graph", "srcs")}
+            hidden = ir.SOURCE_ATTRS | {"graph"}
+            attrs = {k: v for k, v in d["attrs"].items() if k not in hidden}
             head = d["op"] + (_fmt_attr(attrs) if attrs else "") + f"({args})"
         lines.append(f"{indent}  %{n} = {head} : {tuple(d['shape'])} {d['dtype']}")
         if d["op"] == "fused":
