@@ -322,3 +322,20 @@ def build_subgraph(G: nx.MultiDiGraph, members, root: int, consts=()) -> tuple[n
                              d["dtype"], dict(d["attrs"]), src=d["src"])
     S.graph["outputs"] = [new[root]]
     return S, ext
+
+
+def node_subgraph(G: nx.MultiDiGraph, n: int) -> nx.MultiDiGraph:
+    """Node ``n`` of ``G`` alone, as a sub-graph with inputs ``in0..`` (one per operand, in
+    ``ir.operands(G, n)`` order: ``x * x`` has two). The one builder of one-op groups for
+    every backend, so they bind a node's operands alike."""
+    d = G.nodes[n]
+    S = ir.new_graph(f"{d['op']}_{n}")
+    ins = []
+    for k, u in enumerate(ir.operands(G, n)):
+        ud = G.nodes[u]
+        i = ir.add_node(S, "input", [], ud["shape"], ud["dtype"], name=f"in{k}", src=ud.get("src"))
+        S.graph["inputs"].append(i)
+        ins.append(i)
+    m = ir.add_node(S, d["op"], ins, d["shape"], d["dtype"], d["attrs"], src=d.get("src"))
+    S.graph["outputs"] = [m]
+    return S

@@ -12,7 +12,9 @@ sub-graph (a fused node's ``attrs["graph"]``, or one op wrapped as one) compiles
   pushed down to the kernel arguments as a *chain* of view operations (elementwise ops
   commute with index remapping), so ``x + x.T`` reads two views of ``x``.
 - Values are computed in the compute type of their dtype (float16 in float32, rounded back
-  to float16 after every op exactly as NumPy does, reductions accumulate in float32).
+  to float16 after every op exactly as NumPy does). Loop dtypes, refusals, integer and NaN
+  corner cases, reduction accumulators and the sigmoid/GELU constants come from
+  ``scalar_semantics``, the table the numba generator reads too.
 """
 
 from __future__ import annotations
@@ -25,13 +27,15 @@ import networkx as nx
 import numpy as np
 
 from .. import ir, ops
+from . import scalar_semantics as ss
 
 CTYPES = {"bool": "bool", "int32": "int", "int64": "long long", "float16": "float16",
           "float32": "float", "float64": "double", "complex64": "complex<float>",
           "complex128": "complex<double>"}
 COMPUTE = dict(CTYPES, float16="float")
 
-HELPERS = {  # emitted into a stage's preamble when its code calls them
+NAN_F64 = "__longlong_as_double(0x7ff8000000000000LL)"
+HELPERS = {  # emitted into a stage's preamble when its code (or another helper) calls them
     # float -> nearest float16 (ties to even) -> float, as NumPy rounds every float16 op;
     # bit arithmetic so that it needs no fp16 header.
     "go_f16": """__device__ inline float go_f16(float x) {
@@ -42,26 +46,78 @@ HELPERS = {  # emitted into a stage's preamble when its code calls them
     return copysignf(rintf(fabsf(x) * 16777216.0f) / 16777216.0f, x);
   return __uint_as_float(s | ((a + 0xfffu + ((a >> 13) & 1u)) & ~0x1fffu));
 }""",
-    "go_max": "template <typename T> __device__ inline T go_max(T a, T b) "
-           "{ return (a >= b || a != a) ? a : b; }  // NaN-propagating, as np.maximum",
-    "go_min": "template <typename T> __device__ inline T go_min(T a, T b) "
-           "{ return (a <= b || a != a) ? a : b; }  // NaN-propagating, as np.minimum",
+    **{f"go_{op[:3]}": f"template <typename T> __device__ inline T go_{op[:3]}(T a, T b) "
+       f"{{ return (a {cmp} b || a != a) ? a : b; }}  // as np.{op}: NaN wins, ties give b"
+       for op, cmp in ss.PICK_FIRST_IF.items()},
     # sigmoid and gelu as ops.py defines them: real ones in double, in the stable form
     # x * e**min(w, 0) / (1 + e**-|w|) (no cancellation in the negative tail)
     "go_sigmoid": "__device__ inline double go_sigmoid(double x) {\n"
                   "  double e = exp(-fabs(x)); return (x >= 0 ? 1.0 : e) / (1.0 + e); }",
     "go_gelu": "__device__ inline double go_gelu(double x, double cube) {\n"
-               f"  double w = {2.0 * math.sqrt(2.0 / math.pi)!r} * (x + 0.044715 * cube);\n"
+               f"  double w = {ss.GELU_2C!r} * (x + {ss.GELU_K!r} * cube);\n"
                "  double e = exp(-fabs(w)); return x * ((w >= 0 ? 1.0 : e) / (1.0 + e)); }",
+    # NumPy's complex loops (scalar_semantics.COMPLEX_LOOPS), as numba_scalar ports them
+    "go_cmul": "template <typename C> __device__ inline C go_cmul(C a, C b) {\n"
+               "  return C(a.real() * b.real() - a.imag() * b.imag(),\n"
+               "           a.real() * b.imag() + a.imag() * b.real()); }",
+    "go_cdiv": """template <typename C> __device__ inline C go_cdiv(C a, C b) {
+  typedef typename C::value_type T;
+  const T ar = a.real(), ai = a.imag(), br = b.real(), bi = b.imag();
+  const T abr = fabs(br), abi = fabs(bi);
+  if (abr >= abi) {
+    if (abr == T(0) && abi == T(0)) return C(ar / abr, ai / abr);
+    const T rat = bi / br, scl = T(1) / (br + bi * rat);
+    return C((ar + ai * rat) * scl, (ai - ar * rat) * scl);
+  }
+  const T rat = br / bi, scl = T(1) / (bi + br * rat);
+  return C((ar * rat + ai) * scl, (ai * rat - ar) * scl);
+}""",
+    "go_crecip": """template <typename C> __device__ inline C go_crecip(C z) {
+  typedef typename C::value_type T;
+  const T zr = z.real(), zi = z.imag();
+  if (fabs(zi) <= fabs(zr)) { const T r = zi / zr, d = zr + zi * r; return C(T(1) / d, -r / d); }
+  const T r = zr / zi, d = zr * r + zi;
+  return C(r / d, -T(1) / d);
+}""",
+    "go_cpow": f"""template <typename C> __device__ inline C go_cpow(C a, C b) {{
+  typedef typename C::value_type T;
+  const T br = b.real(), bi = b.imag();
+  if (br == T(0) && bi == T(0)) return C(T(1), T(0));
+  if (a.real() == T(0) && a.imag() == T(0))
+    return br > T(0) ? C(T(0), T(0)) : C(T({NAN_F64}), T({NAN_F64}));
+  if (bi == T(0) && br == trunc(br) && br > -{ss.CPOW_INT_LIMIT} && br < {ss.CPOW_INT_LIMIT}) {{
+    const int n = (int)br;
+    if (n == 1) return a;
+    if (n == 2) return go_cmul(a, a);
+    if (n == 3) return go_cmul(a, go_cmul(a, a));
+    const int m = n < 0 ? -n : n;
+    C q(T(1), T(0)), p = a;
+    for (int mask = 1;; mask <<= 1) {{
+      if (m & mask) q = go_cmul(q, p);
+      if (m < (mask << 1)) break;
+      p = go_cmul(p, p);
+    }}
+    return br < T(0) ? go_cdiv(C(T(1), T(0)), q) : q;
+  }}
+  const complex<double> r = exp(complex<double>(br, bi) * log(complex<double>(a.real(), a.imag())));
+  return C((T)r.real(), (T)r.imag());
+}}""",
+    # only for exponents known non-negative: NumPy raises on a negative one, a kernel cannot
     "go_ipow": "template <typename T> __device__ inline T go_ipow(T a, T b) {\n"
-               "  T r = 1; if (b < 0) return a == 1 ? 1 : (a == -1 ? ((b & 1) ? -1 : 1) : 0);\n"
-               "  while (b) { if (b & 1) r *= a; a *= a; b >>= 1; } return r; }",
+               "  T r = 1; while (b > 0) { if (b & 1) r *= a; a *= a; b >>= 1; } return r; }",
 }
 
 
 def helpers_for(code: str) -> str:
-    """Definitions of the helpers that ``code`` calls."""
-    return "\n".join(v for k, v in HELPERS.items() if k + "(" in code)
+    """Definitions of the helpers that ``code`` calls, and those they call, in the order of
+    ``HELPERS`` (a helper comes after those it calls)."""
+    used: set = set()
+    while True:
+        text = code + "".join(HELPERS[k] for k in used)
+        more = {k for k in HELPERS if k + "(" in text} - used
+        if not more:
+            return "\n".join(v for k, v in HELPERS.items() if k in used)
+        used |= more
 
 
 class Unsupported(Exception):
@@ -169,8 +225,7 @@ def literal(value, dtype: str) -> str:
     v = float(value)
     single = dt.itemsize <= 4
     if math.isnan(v):
-        return "__int_as_float(0x7fffffff)" if single else \
-            "__longlong_as_double(0x7ff8000000000000LL)"
+        return "__int_as_float(0x7fffffff)" if single else NAN_F64
     if math.isinf(v):
         if single:
             return f"__int_as_float({'0x7f800000' if v > 0 else '(int)0xff800000'})"
@@ -210,20 +265,34 @@ def _truth(expr: str, dtype: str) -> str:
     return cast(expr, dtype, "bool")
 
 
-def _loop_dtypes(op: str, out: str, ins: list[str]) -> list[str]:
-    """The dtype each operand is converted to before the op (NumPy's loop type)."""
-    if op in ops.COMPARISONS:
-        return [np.result_type(*ins).name] * len(ins)
-    if op in ("abs", "real", "imag", "conj", "astype"):
-        return list(ins)
-    if op == "where":
-        return [ins[0], out, out]
-    return [out] * len(ins)
+_C_LOGIC = {"or": "||", "and": "&&"}
+_COMPLEX_LOOP_NAMES = {"div": "div", "reciprocal": "recip", "pow": "pow"}
+# scalar_semantics.Reduction.combine as cupy's REDUCE expression of ``a`` and ``b``
+_COMBINE = {"add": "a + b", "maximum": "go_max(a, b)", "minimum": "go_min(a, b)",
+            "or": "(a || b)", "and": "(a && b)"}
+
+
+def _int_reciprocal(a: str, t: str) -> str:
+    expr = literal(ss.INT_RECIPROCAL_ELSE, t)
+    for when, then in reversed(ss.int_reciprocal_cases(t)):
+        expr = f"({a} == {literal(when, t)} ? {literal(then, t)} : {expr})"
+    return expr
+
+
+def _cube(a: str, t: str) -> str:
+    """``a**3`` as double: in an integer's own type (it wraps, as ops._gelu: multiplied as
+    unsigned, where wrapping is defined), else in double."""
+    if np.dtype(t).kind == "b":
+        return f"(double){a}"
+    if np.dtype(t).kind in "iu":
+        u = "unsigned long long"
+        return f"(double)({CTYPES[t]})(({u}){a} * ({u}){a} * ({u}){a})"
+    return f"((double){a} * (double){a} * (double){a})"
 
 
 def op_expr(op: str, args: list[str], loop: list[str], out: str) -> str:
-    """The C expression of elementwise ``op`` on ``args`` (already in their loop types);
-    the value is in ``out``'s compute type."""
+    """The C expression of elementwise ``op`` on ``args`` (already in their loop types,
+    ``scalar_semantics.loop_dtypes``); the value is in ``out``'s compute type."""
     t = loop[0] if loop else out
     k = np.dtype(t).kind
     a = args[0] if args else ""
@@ -236,49 +305,38 @@ def op_expr(op: str, args: list[str], loop: list[str], out: str) -> str:
             return a
         return f"abs({a})" if k == "c" else f"fabs({a})" if k == "f" else \
             f"llabs({a})" if t == "int64" else f"abs({a})"
-    if op in ("exp", "log", "sqrt", "tanh", "sin", "cos"):
+    if op in ss.MATH:
         return f"{op}({a})"
     if op == "sigmoid":
         if k == "c":
             return f"({lit(1)} / ({lit(1)} + exp(-{a})))"
-        return cast("go_sigmoid((double)" + a + ")", "float64", out)
+        return cast(f"go_sigmoid(({COMPUTE[ss.LOGISTIC_DTYPE]}){a})", ss.LOGISTIC_DTYPE, out)
     if op == "relu":
-        if k == "c":
-            raise Unsupported("relu of complex (NumPy's lexicographic maximum)")
         return f"go_max({a}, {lit(0)})"
     if op == "gelu":
         if k == "c":
-            c = math.sqrt(2.0 / math.pi)
-            return (f"({lit(0.5)} * {a} * ({lit(1.0)} + tanh({lit(c)} * ({a} + "
-                    f"{lit(0.044715)} * ({a} * {a} * {a})))))")
-        cube = f"(double)({a} * {a} * {a})" if k in "biu" else \
-            f"((double){a} * (double){a} * (double){a})"   # as ops._gelu: ints wrap
-        return cast(f"go_gelu((double){a}, {cube})", "float64", out)
+            return (f"({lit(0.5)} * {a} * ({lit(1.0)} + tanh({lit(ss.GELU_C)} * ({a} + "
+                    f"{lit(ss.GELU_K)} * ({a} * {a} * {a})))))")
+        return cast(f"go_gelu((double){a}, {_cube(a, t)})", ss.LOGISTIC_DTYPE, out)
     if op == "square":
         return f"({a} * {a})"
+    if k == "c" and op in ss.COMPLEX_LOOPS:
+        return f"go_c{_COMPLEX_LOOP_NAMES[op]}({', '.join(args)})"
     if op == "reciprocal":
-        return f"({lit(1)} / {a})"
+        return _int_reciprocal(a, t) if k in "iu" else f"({lit(1)} / {a})"
     if op == "conj":
         return f"conj({a})" if k == "c" else a
     if op == "real":
         return f"{a}.real()" if k == "c" else a
     if op == "imag":
         return f"{a}.imag()" if k == "c" else literal(0, out)
-    if op in ("add", "mul") and k == "b":
-        return f"({a} {'||' if op == 'add' else '&&'} {b})"
-    symbols = {"add": "+", "sub": "-", "mul": "*", "div": "/", "eq": "==", "ne": "!=",
-               "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
-    if op in symbols:
-        if k == "c" and op in ("lt", "le", "gt", "ge"):
-            raise Unsupported(f"{op} of complex (NumPy's lexicographic order)")
-        return f"({a} {symbols[op]} {b})"
+    if k == "b" and op in ss.BOOL_LOGIC:
+        return f"({a} {_C_LOGIC[ss.BOOL_LOGIC[op]]} {b})"
+    if op in ss.INFIX:
+        return f"({a} {ss.INFIX[op]} {b})"
     if op == "pow":
-        if k in "iu":
-            return f"go_ipow({a}, {b})"
-        return f"pow({a}, {b})"
-    if op in ("maximum", "minimum"):
-        if k == "c":
-            raise Unsupported(f"{op} of complex (NumPy's lexicographic order)")
+        return f"go_ipow({a}, {b})" if k in "iu" else f"pow({a}, {b})"
+    if op in ss.PICK_FIRST_IF:
         return f"go_{op[:3]}({a}, {b})"
     if op == "where":
         return f"({a} ? {b} : {args[2]})"
@@ -383,7 +441,14 @@ class _Emitter:
             pre = (("broadcast_to", shape),) if tuple(ud["shape"]) != shape else ()
             vals.append(((yield (u, pre + chain)), ud["dtype"]))
         in_dtypes = [dt for _, dt in vals]
-        loop = _loop_dtypes(d["op"], d["dtype"], in_dtypes)
+        reason = ss.refusal(d["op"], in_dtypes)
+        if reason:
+            raise Unsupported(reason)
+        loop, _ = ss.loop_dtypes(d["op"], in_dtypes, d["dtype"])
+        if d["op"] == "pow" and np.dtype(loop[0]).kind in "iu" and \
+                not self._known_non_negative(us[1]):
+            raise Unsupported(f"integer power with an exponent not known to be >= 0 ("
+                              f"NumPy raises {ss.INT_POW_NEGATIVE!r}; a kernel cannot)")
         args = [cast(v, dt, lt) if not (d["op"] == "where" and i == 0) else _truth(v, dt)
                 for i, ((v, dt), lt) in enumerate(zip(vals, loop))]
         body = op_expr(d["op"], args, loop, d["dtype"])
@@ -393,6 +458,14 @@ class _Emitter:
         where = f" @ {d['src']}" if d.get("src") else ""
         self.lines.append(f"const {COMPUTE[d['dtype']]} {var} = {body};  // {d['op']}{where}")
         return var
+
+    def _known_non_negative(self, u: int) -> bool:
+        """Whether node ``u`` is a constant or a literal input with no negative value."""
+        d = self.G.nodes[u]
+        if d["op"] == "const":
+            return bool(np.all(np.asarray(d["attrs"]["value"]) >= 0))
+        pos = self.G.graph["inputs"].index(u) if d["op"] == "input" else None
+        return pos in self.p.literals and self.p.literals[pos] >= 0
 
     def params_text(self) -> str:
         return ", ".join(f"{o.dtype} in{i}" for i, o in enumerate(self.operands))
@@ -463,31 +536,25 @@ class _Builder:
         ud = self.G.nodes[u]
         red, axes = d["op"], tuple(d["attrs"]["axes"])
         rt = d["dtype"]
-        if np.dtype(rt).kind == "c" and red in ("max", "min"):
-            raise Unsupported(f"{red} of complex (NumPy's lexicographic order)")
+        reason = ss.refusal(red, [ud["dtype"]])
+        if reason:
+            raise Unsupported(reason)
+        rule = ss.reduction(red, ud["dtype"], rt)
         em = _Emitter(self, tuple(ud["shape"]))
-        v = cast(em.value(u), ud["dtype"], rt if rt != "float16" else "float32")
+        v = cast(em.value(u), ud["dtype"], rule.acc)
         if not em.operands:  # nothing but literals: a zero array carries the shape
             em.operands.append(Operand("shape", 0, (), "bool", tuple(ud["shape"])))
         names = ", ".join(f"in{i}" for i in range(len(em.operands)))
         sig = ", ".join(f"const {CTYPES[o.dtype]} in{i}" for i, o in enumerate(em.operands))
-        rct = COMPUTE[rt]
+        rct = COMPUTE[rule.acc]
         fname = f"{self.name}_map{len(self.stages)}"
         pre = [f"__device__ inline {rct} {fname}({sig}) {{"] + \
               [f"  {line}" for line in em.lines] + [f"  return {v};", "}"]
-        if red in ("max", "min"):
-            reduce_expr = f"go_{red}(a, b)"
-            kind = np.dtype(rt).kind
-            lo, hi = ((-math.inf, math.inf) if kind == "f" else (False, True) if kind == "b"
-                      else (np.iinfo(rt).min, np.iinfo(rt).max))
-            identity = literal(lo if red == "max" else hi, rt)
-        else:
-            reduce_expr, identity = "a + b", literal(0, rt)
+        reduce_expr = _COMBINE[rule.combine]
+        identity = literal(rule.identity, rule.acc)
         count = math.prod(ud["shape"][a] for a in axes)
-        a_expr = f"(a / {literal(count, rt if np.dtype(rt).kind in 'fc' else 'float64')})" \
-            if red == "mean" else "a"
-        if rt == "float16":
-            a_expr = f"go_f16({a_expr})"
+        a_expr = cast(f"(a / {literal(count, rule.acc)})" if red == "mean" else "a",
+                      rule.acc, rt)
         out_node, out_expr = n, a_expr
         if post_node is not None:
             pem = _Emitter(self, tuple(self.G.nodes[post_node]["shape"]),
@@ -495,7 +562,7 @@ class _Builder:
             out_expr = pem.value(post_node)
             post_name = f"{self.name}_post{len(self.stages)}"
             pre += [f"__device__ inline {COMPUTE[self.G.nodes[post_node]['dtype']]} "
-                    f"{post_name}(const {rct} a) {{", f"  const {rct} _r = {a_expr};"] + \
+                    f"{post_name}(const {rct} a) {{", f"  const {COMPUTE[rt]} _r = {a_expr};"] + \
                    [f"  {line}" for line in pem.lines] + [f"  return {out_expr};", "}"]
             out_node, out_expr = post_node, f"{post_name}(a)"
         od = self.G.nodes[out_node]
@@ -675,21 +742,6 @@ def _fold_scale(G, prog: GroupProgram, out: int, literals: dict, stage_of: dict)
 
 
 # ------------------------------------------------------------------------------ one node
-
-
-def node_subgraph(G: nx.MultiDiGraph, n: int) -> nx.MultiDiGraph:
-    """Node ``n`` of ``G`` alone, as a sub-graph with inputs ``in0..`` (one per operand)."""
-    d = G.nodes[n]
-    S = ir.new_graph(f"{d['op']}_{n}")
-    ins = []
-    for k, u in enumerate(ir.operands(G, n)):
-        ud = G.nodes[u]
-        i = ir.add_node(S, "input", [], ud["shape"], ud["dtype"], name=f"in{k}", src=ud.get("src"))
-        S.graph["inputs"].append(i)
-        ins.append(i)
-    m = ir.add_node(S, d["op"], ins, d["shape"], d["dtype"], d["attrs"], src=d.get("src"))
-    S.graph["outputs"] = [m]
-    return S
 
 
 # ------------------------------------------------------------------------------- render

@@ -29,10 +29,12 @@ import numpy as np
 from .. import einsum as einsum_mod
 from .. import ir, ops
 from ..errors import GraphError
+from ..fused import node_subgraph
 from ..kernel import Kernel
 from ..plan import Plan
 from ..signature import restructure
 from . import cuda_codegen as cg
+from . import scalar_semantics as ss
 from .gemm import GemmPlan, gemm_plan, gemm_source, run_gemm, transpose_copy_bytes
 from .base import Backend, register_backend
 
@@ -157,7 +159,7 @@ class CupyBackend(Backend):
     def kernel(self, G, n, ctx) -> Kernel:
         d = G.nodes[n]
         _check_options(ctx.options)
-        sub = d["attrs"]["graph"] if d["op"] == "fused" else cg.node_subgraph(G, n)
+        sub = d["attrs"]["graph"] if d["op"] == "fused" else node_subgraph(G, n)
         operands = ir.operands(G, n)
         literals = {k: np.asarray(G.nodes[u]["attrs"]["value"]).reshape(()).item()
                     for k, u in enumerate(operands) if G.nodes[u]["op"] == "const"
@@ -357,6 +359,9 @@ def _eager_fn(sub):
 
                     r = opt_einsum.contract(eq, *xs, backend="cupy")
                 else:
+                    if d["op"] == "pow" and xs[1].dtype.kind in "iu" and \
+                            xs[0].dtype.kind in "biu" and bool((xs[1] < 0).any()):
+                        raise ValueError(ss.INT_POW_NEGATIVE)  # cupy returns a value
                     r = ops.OPS[d["op"]].impl(xs, d["attrs"])
                 env[m] = cupy.asarray(r).astype(d["dtype"], copy=False)
         if out is None:

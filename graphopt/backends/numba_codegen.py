@@ -15,7 +15,8 @@ from collections import OrderedDict
 import networkx as nx
 
 from .. import ir
-from ..fused import build_subgraph, classify, is_pointwise
+from ..fused import classify, is_pointwise
+from ..fused import node_subgraph as one_op_subgraph
 from .disk_cache import cache_dir  # noqa: F401  (where kernels live: reported, tested)
 from .disk_cache import load_module as _load_module
 from .numba_kernels.blocked import _BlockedSource
@@ -127,7 +128,7 @@ def node_subgraph(G: nx.MultiDiGraph, n: int) -> tuple[nx.MultiDiGraph, str]:
     """One elementwise or reduction node as a one-member sub-graph and its pattern."""
     if not (is_pointwise(G, n) or G.nodes[n]["op"] in ("sum", "max", "min", "mean")):
         raise UnsupportedKernel(f"op {G.nodes[n]['op']!r} is not elementwise or a reduction")
-    sub, _ = build_subgraph(G, {n}, n)
+    sub = one_op_subgraph(G, n)
     pattern, reason = classify(sub, _members(sub), sub.graph["outputs"][0])
     if pattern is None:
         raise UnsupportedKernel(reason)

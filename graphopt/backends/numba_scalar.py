@@ -137,12 +137,10 @@ cdiv_c128, crecip_c128, cpow_c128 = _complex_ops(np.float64, np.complex128)
 
 @numba.njit(**_JIT)
 def ipow(a, b, err):
-    """Integer ``a ** b``; a negative ``b`` sets ``err[0]`` (the kernel's wrapper then raises,
-    as NumPy does: "Integers to negative integer powers are not allowed") and gives 0."""
+    """Integer ``a ** b``; a negative ``b`` sets ``err[0]`` (the kernel's wrapper then raises
+    ``scalar_semantics.INT_POW_NEGATIVE``, as NumPy does) and gives 0."""
     if b < 0:
         err[0] = 1
         return a - a
     return a ** b
 
-
-NEGATIVE_POWER = "Integers to negative integer powers are not allowed."

@@ -10,7 +10,8 @@ import math
 import numpy as np
 
 from ... import ir, threads
-from .source import _T, _UFUNC, CODEGEN_VERSION, PARALLEL_MIN, UnsupportedKernel, _Source
+from ..scalar_semantics import UFUNCS
+from .source import _T, CODEGEN_VERSION, PARALLEL_MIN, UnsupportedKernel, _Source
 
 BLOCK_ELEMS = 1 << 13    # elements per temporary of a NumPy-blocked kernel (L1/L2 sized)
 
@@ -69,8 +70,8 @@ class _BlockedSource(_Source):
 
     def np_writer(self, op, dts, out):
         """``writer(o, args) -> lines`` computing ``op`` into array ``o``."""
-        if op in _UFUNC:
-            uf = _UFUNC[op].__name__
+        if op in UFUNCS:
+            uf = UFUNCS[op].__name__
             return lambda o, a: [f"np.{uf}({', '.join(a)}, out={o})"]
         if op == "relu":
             z = self.const(0, dts[0])

@@ -51,10 +51,11 @@ from typing import Callable
 
 import numpy as np
 
-from ... import ir, ops
+from ... import ir
 from ...einsum import to_ascii
 from ...fused import (classify, group_maps, operand_index_map,
                      reduction_maps)
+from .. import scalar_semantics as ss
 
 CODEGEN_VERSION = "4"
 PARALLEL_MIN = 1 << 16   # loop-space elements below which a kernel runs on one thread
@@ -68,16 +69,7 @@ _T = {"bool": "np.bool_", "int32": "np.int32", "int64": "np.int64", "float32": "
       "float64": "np.float64", "complex64": "np.complex64", "complex128": "np.complex128"}
 _NB = {"bool": "boolean", "int32": "int32", "int64": "int64", "float32": "float32",
        "float64": "float64", "complex64": "complex64", "complex128": "complex128"}
-_UFUNC = {"neg": np.negative, "abs": np.absolute, "exp": np.exp, "log": np.log,
-          "sqrt": np.sqrt, "tanh": np.tanh, "sin": np.sin, "cos": np.cos, "square": np.square,
-          "reciprocal": np.reciprocal, "conj": np.conjugate, "add": np.add,
-          "sub": np.subtract, "mul": np.multiply, "div": np.true_divide, "pow": np.power,
-          "maximum": np.maximum, "minimum": np.minimum, "eq": np.equal, "ne": np.not_equal,
-          "lt": np.less, "le": np.less_equal, "gt": np.greater, "ge": np.greater_equal}
-_INFIX = {"add": "+", "sub": "-", "mul": "*", "div": "/", "eq": "==", "ne": "!=", "lt": "<",
-          "le": "<=", "gt": ">", "ge": ">="}
-_MATH = ("exp", "log", "sqrt", "tanh", "sin", "cos")
-_GELU_C = math.sqrt(2.0 / math.pi)
+_COMPLEX_LOOP_NAMES = {"div": "cdiv", "reciprocal": "crecip", "pow": "cpow"}
 SCALAR_HELPERS = ("cdiv_c64", "cdiv_c128", "crecip_c64", "crecip_c128", "cpow_c64",
                   "cpow_c128", "clog_c64", "clog_c128", "ipow")
 
@@ -173,11 +165,9 @@ def _check_supported(sub, pattern) -> None:
             raise UnsupportedKernel(f"dtype {d['dtype']} ({d['op']}) has no numba kernel")
         if d["op"] == "const" and math.prod(d["shape"]) != 1:
             raise UnsupportedKernel("array constants inside a group are passed as operands")
-        cplx = [np.dtype(sub.nodes[u]["dtype"]).kind == "c" for u in ir.operands(sub, n)]
-        if any(cplx) and (d["op"] in ("maximum", "minimum", "relu", "lt", "le", "gt", "ge")
-                          or d["op"] in ("max", "min")):
-            raise UnsupportedKernel(f"{d['op']} orders complex numbers (lexicographic in "
-                                    "NumPy); no numba kernel")
+        reason = ss.refusal(d["op"], [sub.nodes[u]["dtype"] for u in ir.operands(sub, n)])
+        if reason:
+            raise UnsupportedKernel(f"{reason}; no numba kernel")
 
 
 def _collapse(space, roles, accesses):
@@ -251,24 +241,21 @@ def _decompose(dims, src: str) -> list[str]:
 # --------------------------------------------------------------------------- reductions
 
 
+# how each combine of scalar_semantics.Reduction is written; {a} the accumulator, {v} a value
+_COMBINE = {"or": "({a} or {v})", "and": "({a} and {v})",
+            # float maxima: numba_math's intrinsics (NaN-propagating, and they vectorize)
+            ("maximum", "f"): "fmaximum({a}, {v})", ("minimum", "f"): "fminimum({a}, {v})",
+            ("maximum", "i"): "max({a}, {v})", ("minimum", "i"): "min({a}, {v})",
+            # floats: an add LLVM may re-associate (lanes of partial sums), and only that add
+            ("add", "f"): "sum_add({a}, {v})"}
+
+
 def _reduction_rule(op, in_dt, out_dt, const):
     """(accumulator dtype, init, combine(acc, v) template, final(acc) template)."""
-    if op in ("sum", "mean"):
-        acc = {"float32": "float64", "complex64": "complex128"}.get(out_dt, out_dt)
-        if op == "mean" and np.dtype(acc).kind in "biu":
-            acc = "float64"
-        # floats: an add LLVM may re-associate (lanes of partial sums), and only that add
-        add = "sum_add({a}, {v})" if np.dtype(acc).kind == "f" else "{a} + {v}"
-        return acc, const(0, acc), add, "{a}"
-    kind = np.dtype(in_dt).kind
-    big = op == "max"
-    if kind == "b":
-        return in_dt, const(not big, in_dt), "({a} or {v})" if big else "({a} and {v})", "{a}"
-    if kind == "f":   # numba_math's intrinsics: NaN-propagating, and they vectorize
-        init = const(-np.inf if big else np.inf, in_dt)
-        return in_dt, init, ("fmaximum({a}, {v})" if big else "fminimum({a}, {v})"), "{a}"
-    lim = np.iinfo(in_dt).min if big else np.iinfo(in_dt).max
-    return in_dt, const(lim, in_dt), ("max({a}, {v})" if big else "min({a}, {v})"), "{a}"
+    rule = ss.reduction(op, in_dt, out_dt)
+    kind = "f" if np.dtype(rule.acc).kind == "f" else "i"
+    comb = _COMBINE.get(rule.combine) or _COMBINE.get((rule.combine, kind), "{a} + {v}")
+    return rule.acc, const(rule.identity, rule.acc), comb, "{a}"
 
 
 # ------------------------------------------------------------------------------- emission
@@ -489,13 +476,12 @@ class _Source:
 
     # -- ops --------------------------------------------------------------------------------
     def op_expr(self, op, a, dts, out, key) -> str:
-        if op in _UFUNC:
-            *ins, res = _UFUNC[op].resolve_dtypes(tuple(np.dtype(t) for t in dts) + (None,))
-            ct = ins[0].name
-            a = [self.cast(x, s, t.name) for x, s, t in zip(a, dts, ins)]
-            expr = self.ufunc_expr(op, a, ct)
+        if op in ss.UFUNCS:
+            ins, res = ss.loop_dtypes(op, dts, out)
+            a = [self.cast(x, s, t) for x, s, t in zip(a, dts, ins)]
+            expr = self.ufunc_expr(op, a, ins[0])
             # numba computes int32 arithmetic in int64: narrow back, as NumPy wraps
-            return f"np.int32({expr})" if res.name == "int32" and op not in ("abs",) else expr
+            return f"np.int32({expr})" if res == "int32" and op not in ("abs",) else expr
         if op == "astype":
             return self.cast(a[0], dts[0], out)
         if op == "where":
@@ -516,8 +502,10 @@ class _Source:
                 one = self.const(1, out)
                 return f"{one} / ({one} + {self.math('exp', f'-{a[0]}', out)})"
             fast = self.fast_call("sigmoid", out, self.cast(a[0], dts[0], out))
-            return fast or self.logistic(self.var(key, self.cast(a[0], dts[0], "float64")),
-                                         self.const(1.0, "float64"), out, key)
+            if fast:
+                return fast
+            w = self.var(key, self.cast(a[0], dts[0], ss.LOGISTIC_DTYPE))
+            return self.logistic(w, self.const(1.0, ss.LOGISTIC_DTYPE), out, key)
         if op == "gelu":
             return self.gelu(a[0], dts[0], out, key)
         raise UnsupportedKernel(f"no numba expression for op {op!r}")
@@ -525,7 +513,7 @@ class _Source:
     def ufunc_expr(self, op, a, ct) -> str:
         kind = np.dtype(ct).kind
         x = a[0]
-        if op in _MATH:
+        if op in ss.MATH:
             return self.math(op, x, ct)
         if op == "neg":
             return f"-{x}"
@@ -537,34 +525,27 @@ class _Source:
             return f"{x} * {x}"
         if op == "conj":
             return f"{x}.conjugate()" if kind == "c" else x
+        if kind == "c" and op in ss.COMPLEX_LOOPS:   # numba_scalar's ports of NumPy's loops
+            return f"{_COMPLEX_LOOP_NAMES[op]}_c{np.dtype(ct).itemsize * 8}({', '.join(a)})"
         if op == "reciprocal":
-            if kind == "c":
-                return f"crecip_c{np.dtype(ct).itemsize * 8}({x})"
             if kind == "f":
                 return f"{self.const(1, ct)} / {x}"
-            one, m1, z = self.const(1, ct), self.const(-1, ct), self.const(0, ct)
-            lo = self.const(np.iinfo(ct).min, ct)
-            # NumPy's integer 1/x: 1, -1, 0 elsewhere, and INT_MIN for 0.
-            return (f"({one} if {x} == {one} else ({m1} if {x} == {m1} else "
-                    f"({z} if {x} != {z} else {lo})))")
+            expr = self.const(ss.INT_RECIPROCAL_ELSE, ct)
+            for when, then in reversed(ss.int_reciprocal_cases(ct)):
+                expr = f"({self.const(then, ct)} if {x} == {self.const(when, ct)} else {expr})"
+            return expr
         y = a[1]
-        if kind == "b" and op in ("add", "mul", "maximum", "minimum"):
-            return f"({x} or {y})" if op in ("add", "maximum") else f"({x} and {y})"
-        if op in ("maximum", "minimum"):
-            # NumPy: a if (a > b or isnan(a)) else b  (so NaN wins, and ties give b)
-            cmp = ">" if op == "maximum" else "<"
+        if kind == "b" and op in ss.BOOL_LOGIC:
+            return f"({x} {ss.BOOL_LOGIC[op]} {y})"
+        if op in ss.PICK_FIRST_IF:
             nan = f" or {x} != {x}" if kind == "f" else ""
-            return f"({x} if {x} {cmp} {y}{nan} else {y})"
+            return f"({x} if {x} {ss.PICK_FIRST_IF[op]} {y}{nan} else {y})"
         if op == "pow":
-            if kind == "c":
-                return f"cpow_c{np.dtype(ct).itemsize * 8}({x}, {y})"
             if kind == "i":
                 return f"ipow({x}, {y}, err)"
             return (self.fast_call("pow", ct, f"{x}, {y}") if kind == "f" else None) or \
                 f"{x} ** {y}"
-        if op == "div" and kind == "c":
-            return self.cdiv(x, y, ct)
-        return f"{x} {_INFIX[op]} {y}"
+        return f"{x} {ss.INFIX[op]} {y}"
 
     @staticmethod
     def cdiv(x, y, ct) -> str:
@@ -574,9 +555,9 @@ class _Source:
     def logistic(self, w, x, out, key) -> str:
         """``x * sigmoid(w)`` of float64 values, as ``ops._logistic``, cast to ``out``."""
         e = self.var(key, f"np.exp(-abs({w}))")
-        one = self.const(1.0, "float64")
+        one = self.const(1.0, ss.LOGISTIC_DTYPE)
         return self.cast(f"({x} * (({one} if {w} >= 0 else {e}) / ({one} + {e})))",
-                         "float64", out)
+                         ss.LOGISTIC_DTYPE, out)
 
     def gelu(self, x, src, out, key) -> str:
         """GELU as ``ops._gelu``: ``x * sigmoid(w)``, ``w = 2 sqrt(2/pi) (x + k x**3)`` in
@@ -584,7 +565,7 @@ class _Source:
         numba_math's double-double form for float64 and when fast."""
         if np.dtype(out).kind == "c":
             h, one = self.const(0.5, out), self.const(1.0, out)
-            c, k = self.const(_GELU_C, out), self.const(ops.GELU_K, out)
+            c, k = self.const(ss.GELU_C, out), self.const(ss.GELU_K, out)
             t = self.math("tanh", f"{c} * ({x} + {k} * ({x} * {x} * {x}))", out)
             return f"{h} * {x} * ({one} + {t})"
         if src == out:
@@ -597,12 +578,12 @@ class _Source:
             # (3.5 ulp) with fast math off too
             self.fast_used["gelu_f64"] = ("gelu", "float64")
             return f"gelu_f64({x})"
-        xd = self.var(key, self.cast(x, src, "float64"))
+        xd = self.var(key, self.cast(x, src, ss.LOGISTIC_DTYPE))
         # x**3 in float64, or in an integer's own type (it wraps, as ops._gelu)
         cube = f"{xd} * {xd} * {xd}" if np.dtype(src).kind == "f" else \
             self.cast(x if src == "bool" else f"{_T[src]}({_T[src]}({x} * {x}) * {x})",
-                      src, "float64")
-        c2, k = self.const(ops.GELU_2C, "float64"), self.const(ops.GELU_K, "float64")
+                      src, ss.LOGISTIC_DTYPE)
+        c2, k = self.const(ss.GELU_2C, ss.LOGISTIC_DTYPE), self.const(ss.GELU_K, ss.LOGISTIC_DTYPE)
         w = self.var(key, f"{c2} * ({xd} + {k} * ({cube}))")
         return self.logistic(w, xd, out, key)
 
@@ -811,9 +792,7 @@ class _Source:
             call.append("err")
         lines.append(f"    {launch}{', '.join(call)})")
         if self.err_flag:
-            lines += ["    if err[0]:",
-                      "        raise ValueError('Integers to negative integer powers are not "
-                      "allowed.')"]
+            lines += ["    if err[0]:", f"        raise ValueError({ss.INT_POW_NEGATIVE!r})"]
         return lines + ["    return out"] + self.run_function(shape, dt)
 
     def run_function(self, shape, dt) -> list[str]:
