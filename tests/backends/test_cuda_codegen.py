@@ -23,7 +23,9 @@ from graphopt import ir
 from graphopt.einsum import parse as einsum_parse
 from graphopt.backends import cuda_codegen as cg
 from graphopt.fused import node_subgraph
-from graphopt.backends.cupy_gpu import Cublas, contraction_candidates, contraction_estimates
+from graphopt.backends.cuda_kernels.contractions import (contraction_candidates,
+                                                      contraction_estimates)
+from graphopt.backends.cuda_kernels.cublas import Cublas
 from graphopt.backends.gemm import gemm_plan, run_gemm, view_is_free
 from graphopt.interpreter import run_graph
 from graphopt.testing import graphs, inputs_for
