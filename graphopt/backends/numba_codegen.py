@@ -21,7 +21,8 @@ from .disk_cache import cache_dir  # noqa: F401  (where kernels live: reported, 
 from .disk_cache import load_module as _load_module
 from .numba_kernels.blocked import _BlockedSource
 from .numba_kernels.blocked import run_blocks  # noqa: F401  (generated modules import it here)
-from .numba_kernels.source import (GeneratedKernel, UnsupportedKernel, _fast_table, _members,
+from .numba_kernels.expressions import UnsupportedKernel, _fast_table
+from .numba_kernels.source import (GeneratedKernel, _members,
                                    _Source)
 
 # ------------------------------------------------------------------------------ building

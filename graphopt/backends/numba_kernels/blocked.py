@@ -11,7 +11,8 @@ import numpy as np
 
 from ... import ir, threads
 from ..scalar_semantics import UFUNCS
-from .source import _T, CODEGEN_VERSION, PARALLEL_MIN, UnsupportedKernel, _Source
+from .expressions import _T, UnsupportedKernel
+from .source import CODEGEN_VERSION, PARALLEL_MIN, _Source
 
 BLOCK_ELEMS = 1 << 13    # elements per temporary of a NumPy-blocked kernel (L1/L2 sized)
 

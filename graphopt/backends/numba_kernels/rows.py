@@ -30,7 +30,9 @@ import math
 
 from ... import ir, ops
 from ...fused import EXPENSIVE, identity_map, normalization_maps
-from .source import _T, PARALLEL_MIN, UnsupportedKernel, _decompose, _members, _Source
+from .expressions import _T, UnsupportedKernel
+from .loops import _decompose
+from .source import PARALLEL_MIN, _members, _Source
 
 ROW_TASKS = 256   # parallel tasks (blocks of rows), each with its own scratch rows
 

@@ -43,8 +43,6 @@ again in a later process; in-process, kernels are cached by the sub-graph's stru
 
 from __future__ import annotations
 
-import hashlib
-import importlib.util
 import math
 from dataclasses import dataclass, field
 from typing import Callable
@@ -56,26 +54,16 @@ from ...einsum import to_ascii
 from ...fused import (classify, group_maps, operand_index_map,
                      reduction_maps)
 from .. import scalar_semantics as ss
+from .expressions import _NB, _T, ScalarPrinter, UnsupportedKernel, _fast_table, _file_digest
+from .loops import BLOCK, COL_BLOCK, MAX_CHUNKS, LoopNest
 
 CODEGEN_VERSION = "4"
 PARALLEL_MIN = 1 << 16   # loop-space elements below which a kernel runs on one thread
 NOGIL_MIN = 1 << 14      # loop-space elements below which a kernel keeps the GIL
-BLOCK = 1 << 14          # elements per parallel block of a flat loop
-COL_BLOCK = 256          # output columns per block of a column reduction
-MAX_CHUNKS = 64          # parallel chunks of a full reduction
 
 SUPPORTED = ("bool", "int32", "int64", "float32", "float64", "complex64", "complex128")
-_T = {"bool": "np.bool_", "int32": "np.int32", "int64": "np.int64", "float32": "np.float32",
-      "float64": "np.float64", "complex64": "np.complex64", "complex128": "np.complex128"}
-_NB = {"bool": "boolean", "int32": "int32", "int64": "int64", "float32": "float32",
-       "float64": "float64", "complex64": "complex64", "complex128": "complex128"}
-_COMPLEX_LOOP_NAMES = {"div": "cdiv", "reciprocal": "crecip", "pow": "cpow"}
 SCALAR_HELPERS = ("cdiv_c64", "cdiv_c128", "crecip_c64", "crecip_c128", "cpow_c64",
                   "cpow_c128", "clog_c64", "clog_c128", "ipow")
-
-
-class UnsupportedKernel(NotImplementedError):
-    """The generator does not handle this group; the message says why."""
 
 
 @dataclass
@@ -108,41 +96,6 @@ class GeneratedKernel:
     einsum_args: tuple = ()
     epilogue: Callable | None = None
     details: dict = field(default_factory=dict)
-
-
-# ------------------------------------------------------------------------------ fast math
-
-
-def _fast_table() -> tuple[dict, str]:
-    """``numba_math.FAST`` and a digest of its source (part of every kernel's cache key)."""
-    try:
-        from .. import numba_math
-    except Exception:  # absent or mid-edit: exact np.* functions keep kernels correct
-        return {}, "none"
-    safe = getattr(numba_math, "KERNEL_SAFE", ())
-    table = {k: f for k, f in (getattr(numba_math, "FAST", {}) or {}).items() if k[0] in safe}
-    try:
-        with open(numba_math.__file__, "rb") as f:
-            digest = hashlib.sha256(f.read()).hexdigest()[:16]
-    except OSError:
-        digest = "unknown"
-    return table, digest
-
-
-def _file_digest(module: str) -> str:
-    """A digest of backend module ``module``'s source. Kernels inline its functions, and
-    numba's cache does not see a change there: the digest goes into every kernel's header,
-    which is its cache key."""
-    spec = importlib.util.find_spec(f"graphopt.backends.{module}")
-    with open(spec.origin, "rb") as f:
-        return hashlib.sha256(f.read()).hexdigest()[:16]
-
-
-def _fast_key(table: dict, op: str, dtype: str):
-    for key in ((op, dtype), (op, np.dtype(dtype)), (op, np.dtype(dtype).type)):
-        if key in table:
-            return key
-    return None
 
 
 # ------------------------------------------------------------------------------- analysis
@@ -204,14 +157,6 @@ def _cmap(m, where) -> tuple:
     return tuple(out)
 
 
-def _float_text(v: float) -> str:
-    if math.isnan(v):
-        return "np.nan"
-    if math.isinf(v):
-        return "np.inf" if v > 0 else "-np.inf"
-    return repr(float(v))
-
-
 def _einsum_call(eq: str, operands: list[str]) -> str:
     """The reference contraction into ``out`` (a backend runs its own BLAS call instead)."""
     if len(operands) <= 2:
@@ -221,47 +166,10 @@ def _einsum_call(eq: str, operands: list[str]) -> str:
             "casting='no')")
 
 
-def _urange(lo: str, hi: str) -> str:
-    """A loop over [lo, hi) whose index numba knows is non-negative. With a signed index
-    that does not start at 0, every ``a[i]`` carries a negative-index wraparound select
-    that keeps LLVM from vectorizing the loop: 3.3x slower on a 4M-element exp/tanh chain."""
-    return f"range(np.uint64({lo}), np.uint64({hi}))"
-
-
-def _decompose(dims, src: str) -> list[str]:
-    """Lines splitting flat index ``src`` into the loop variables ``dims`` [(var, extent)]."""
-    if len(dims) == 1:
-        return [f"{dims[0][0]} = {src}"]
-    lines = [f"q = {src}"]
-    for var, ext in reversed(dims[1:]):
-        lines += [f"{var} = q % {ext}", f"q //= {ext}"]
-    return lines + [f"{dims[0][0]} = q"]
-
-
-# --------------------------------------------------------------------------- reductions
-
-
-# how each combine of scalar_semantics.Reduction is written; {a} the accumulator, {v} a value
-_COMBINE = {"or": "({a} or {v})", "and": "({a} and {v})",
-            # float maxima: numba_math's intrinsics (NaN-propagating, and they vectorize)
-            ("maximum", "f"): "fmaximum({a}, {v})", ("minimum", "f"): "fminimum({a}, {v})",
-            ("maximum", "i"): "max({a}, {v})", ("minimum", "i"): "min({a}, {v})",
-            # floats: an add LLVM may re-associate (lanes of partial sums), and only that add
-            ("add", "f"): "sum_add({a}, {v})"}
-
-
-def _reduction_rule(op, in_dt, out_dt, const):
-    """(accumulator dtype, init, combine(acc, v) template, final(acc) template)."""
-    rule = ss.reduction(op, in_dt, out_dt)
-    kind = "f" if np.dtype(rule.acc).kind == "f" else "i"
-    comb = _COMBINE.get(rule.combine) or _COMBINE.get((rule.combine, kind), "{a} + {v}")
-    return rule.acc, const(rule.identity, rule.acc), comb, "{a}"
-
-
 # ------------------------------------------------------------------------------- emission
 
 
-class _Source:
+class _Source(ScalarPrinter, LoopNest):
     """Generates one kernel module: globals, per-loop-level code, the loop nest, a wrapper."""
 
     def __init__(self, sub, pattern, fast_math):
@@ -360,62 +268,6 @@ class _Source:
                  * -(-ext[K[-1]] // max(1, min(COL_BLOCK, ext[K[-1]]))) if K else 1}
         self.parallel = math.prod(self.space) >= PARALLEL_MIN and tasks[self.mode] > 1
 
-    # -- helpers ----------------------------------------------------------------------------
-    def const(self, value, dtype) -> str:
-        dt = np.dtype(dtype)
-        v = np.asarray(value).astype(dt).reshape(())[()]
-        if dt.kind == "b":
-            text = f"np.bool_({bool(v)})"
-        elif dt.kind in "iu":
-            text = f"{_T[dt.name]}({int(v)})"
-        elif dt.kind == "f":
-            text = f"{_T[dt.name]}({_float_text(float(v))})"
-        else:
-            text = f"{_T[dt.name]}(complex({_float_text(v.real)}, {_float_text(v.imag)}))"
-        for name, t in self.globals.items():
-            if t == text:
-                return name
-        name = f"C{len(self.globals)}"
-        self.globals[name] = text
-        return name
-
-    def cast(self, e: str, src: str, dst: str) -> str:
-        if src == dst:
-            return e
-        if dst == "bool":
-            return f"({e} != {self.const(0, src)})"
-        if src == "bool":
-            return f"({self.const(1, dst)} if {e} else {self.const(0, dst)})"
-        if np.dtype(src).kind == "c" and np.dtype(dst).kind != "c":
-            return f"{_T[dst]}({e}.real)"
-        return f"{_T[dst]}({e})"
-
-    def fast_call(self, op, dt, x):
-        """``op_f32(x)`` from numba_math when it has one, else None."""
-        key = _fast_key(self.fast, op, dt)
-        if key is None:
-            return None
-        name = f"{op}_{'f32' if dt == 'float32' else 'f64'}"
-        self.fast_used[name] = key
-        return f"{name}({x})"
-
-    def math(self, op, x, dt) -> str:
-        if np.dtype(dt).kind == "c":
-            if op == "log":
-                return f"clog_c{np.dtype(dt).itemsize * 8}({x})"
-            if dt == "complex64":
-                # in complex128, rounded once: numba's complex64 sin/cos/exp overflow in
-                # cosh/sinh where the result is still finite (NumPy's csinf scales)
-                return f"np.complex64(cmath.{op}(np.complex128({x})))"
-            return f"cmath.{op}({x})"
-        return self.fast_call(op, dt, x) or f"np.{op}({x})"
-
-    def var(self, key, expr) -> str:
-        name = f"v{self.nvar}"
-        self.nvar += 1
-        self.bufs.setdefault(key, []).append(f"{name} = {expr}")
-        return name
-
     def buf(self, phase, level):
         if level < 0:
             return "pre"
@@ -474,119 +326,6 @@ class _Source:
     def out_index(self) -> str:
         return ", ".join(f"i{c}" for c in self.out_cmap) or "0"
 
-    # -- ops --------------------------------------------------------------------------------
-    def op_expr(self, op, a, dts, out, key) -> str:
-        if op in ss.UFUNCS:
-            ins, res = ss.loop_dtypes(op, dts, out)
-            a = [self.cast(x, s, t) for x, s, t in zip(a, dts, ins)]
-            expr = self.ufunc_expr(op, a, ins[0])
-            # numba computes int32 arithmetic in int64: narrow back, as NumPy wraps
-            return f"np.int32({expr})" if res == "int32" and op not in ("abs",) else expr
-        if op == "astype":
-            return self.cast(a[0], dts[0], out)
-        if op == "where":
-            c = a[0] if dts[0] == "bool" else f"({a[0]} != {self.const(0, dts[0])})"
-            return f"({self.cast(a[1], dts[1], out)} if {c} else {self.cast(a[2], dts[2], out)})"
-        if op in ("real", "imag"):
-            if np.dtype(dts[0]).kind == "c":
-                return f"{a[0]}.{op}"
-            return a[0] if op == "real" else self.const(0, out)
-        if op == "relu":
-            if dts[0] == "bool":
-                return a[0]
-            z = self.const(0, dts[0])
-            nan = f" or {a[0]} != {a[0]}" if np.dtype(dts[0]).kind == "f" else ""
-            return f"({a[0]} if {a[0]} > {z}{nan} else {z})"
-        if op == "sigmoid":
-            if np.dtype(out).kind == "c":
-                one = self.const(1, out)
-                return f"{one} / ({one} + {self.math('exp', f'-{a[0]}', out)})"
-            fast = self.fast_call("sigmoid", out, self.cast(a[0], dts[0], out))
-            if fast:
-                return fast
-            w = self.var(key, self.cast(a[0], dts[0], ss.LOGISTIC_DTYPE))
-            return self.logistic(w, self.const(1.0, ss.LOGISTIC_DTYPE), out, key)
-        if op == "gelu":
-            return self.gelu(a[0], dts[0], out, key)
-        raise UnsupportedKernel(f"no numba expression for op {op!r}")
-
-    def ufunc_expr(self, op, a, ct) -> str:
-        kind = np.dtype(ct).kind
-        x = a[0]
-        if op in ss.MATH:
-            return self.math(op, x, ct)
-        if op == "neg":
-            return f"-{x}"
-        if op in ("abs", "square") and kind == "b":
-            return x
-        if op == "abs":
-            return f"abs({x})"
-        if op == "square":
-            return f"{x} * {x}"
-        if op == "conj":
-            return f"{x}.conjugate()" if kind == "c" else x
-        if kind == "c" and op in ss.COMPLEX_LOOPS:   # numba_scalar's ports of NumPy's loops
-            return f"{_COMPLEX_LOOP_NAMES[op]}_c{np.dtype(ct).itemsize * 8}({', '.join(a)})"
-        if op == "reciprocal":
-            if kind == "f":
-                return f"{self.const(1, ct)} / {x}"
-            expr = self.const(ss.INT_RECIPROCAL_ELSE, ct)
-            for when, then in reversed(ss.int_reciprocal_cases(ct)):
-                expr = f"({self.const(then, ct)} if {x} == {self.const(when, ct)} else {expr})"
-            return expr
-        y = a[1]
-        if kind == "b" and op in ss.BOOL_LOGIC:
-            return f"({x} {ss.BOOL_LOGIC[op]} {y})"
-        if op in ss.PICK_FIRST_IF:
-            nan = f" or {x} != {x}" if kind == "f" else ""
-            return f"({x} if {x} {ss.PICK_FIRST_IF[op]} {y}{nan} else {y})"
-        if op == "pow":
-            if kind == "i":
-                return f"ipow({x}, {y}, err)"
-            return (self.fast_call("pow", ct, f"{x}, {y}") if kind == "f" else None) or \
-                f"{x} ** {y}"
-        return f"{x} {ss.INFIX[op]} {y}"
-
-    @staticmethod
-    def cdiv(x, y, ct) -> str:
-        """Complex ``x / y`` as NumPy divides (numba raises on a zero divisor)."""
-        return f"cdiv_c{np.dtype(ct).itemsize * 8}({x}, {y})"
-
-    def logistic(self, w, x, out, key) -> str:
-        """``x * sigmoid(w)`` of float64 values, as ``ops._logistic``, cast to ``out``."""
-        e = self.var(key, f"np.exp(-abs({w}))")
-        one = self.const(1.0, ss.LOGISTIC_DTYPE)
-        return self.cast(f"({x} * (({one} if {w} >= 0 else {e}) / ({one} + {e})))",
-                         ss.LOGISTIC_DTYPE, out)
-
-    def gelu(self, x, src, out, key) -> str:
-        """GELU as ``ops._gelu``: ``x * sigmoid(w)``, ``w = 2 sqrt(2/pi) (x + k x**3)`` in
-        float64 with ``x**3`` in float64 (in an integer's own type: it wraps);
-        numba_math's double-double form for float64 and when fast."""
-        if np.dtype(out).kind == "c":
-            h, one = self.const(0.5, out), self.const(1.0, out)
-            c, k = self.const(ss.GELU_C, out), self.const(ss.GELU_K, out)
-            t = self.math("tanh", f"{c} * ({x} + {k} * ({x} * {x} * {x}))", out)
-            return f"{h} * {x} * ({one} + {t})"
-        if src == out:
-            fast = self.fast_call("gelu", out, x)
-            if fast:
-                return fast
-        if src == out == "float64":
-            # NumPy's float64 formula loses |w| ulp in the tail (the reference computes in
-            # long double); numba has no long double: numba_math's double-double gelu
-            # (3.5 ulp) with fast math off too
-            self.fast_used["gelu_f64"] = ("gelu", "float64")
-            return f"gelu_f64({x})"
-        xd = self.var(key, self.cast(x, src, ss.LOGISTIC_DTYPE))
-        # x**3 in float64, or in an integer's own type (it wraps, as ops._gelu)
-        cube = f"{xd} * {xd} * {xd}" if np.dtype(src).kind == "f" else \
-            self.cast(x if src == "bool" else f"{_T[src]}({_T[src]}({x} * {x}) * {x})",
-                      src, ss.LOGISTIC_DTYPE)
-        c2, k = self.const(ss.GELU_2C, ss.LOGISTIC_DTYPE), self.const(ss.GELU_K, ss.LOGISTIC_DTYPE)
-        w = self.var(key, f"{c2} * ({xd} + {k} * ({cube}))")
-        return self.logistic(w, xd, out, key)
-
     # -- the kernel -------------------------------------------------------------------------
     def kernel_body(self) -> list[str]:
         root_val = self.value(self.root, self.out_map, "epi")[0] if self.red is None else None
@@ -596,126 +335,6 @@ class _Source:
             root_val = self.value(self.root, self.out_map, "epi")[0]
         store = f"out[{self.out_index()}] = {root_val}"
         return getattr(self, f"_loops_{self.mode}")(store)
-
-    def reduction(self, r, v, vdt) -> tuple:
-        """``(acc dtype, init, combine template, final template, v as acc dtype)`` of
-        reduction node ``r`` over values ``v`` of dtype ``vdt``; templates use {a}, {v}."""
-        red = self.sub.nodes[r]
-        acc_dt, init, comb, final = _reduction_rule(red["op"], vdt, red["dtype"], self.const)
-        if red["op"] == "mean":
-            count = self.const(math.prod(self.space[a] for a in red["attrs"]["axes"]), acc_dt)
-            final = self.cdiv("{a}", count, acc_dt) if np.dtype(acc_dt).kind == "c" else \
-                f"{{a}} / {count}"
-        return acc_dt, init, comb, self.cast(final, acc_dt, red["dtype"]), \
-            self.cast(v, vdt, acc_dt)
-
-    def _code(self, key, indent) -> list[str]:
-        return [" " * indent + s for s in self.bufs.get(key, [])]
-
-    def _rng(self, n) -> str:
-        return f"prange({n})" if self.parallel else f"range({n})"
-
-    def _loops_scalar(self, store):
-        return self._code("pre", 4) + ["    " + store]
-
-    def _loops_flat(self, store):
-        e = self.cext[0]
-        if self.parallel:
-            nb = -(-e // BLOCK)
-            head = [f"    for b in prange({nb}):",
-                    f"        for i0 in "
-                    f"{_urange(f'b * {BLOCK}', f'min(b * {BLOCK} + {BLOCK}, {e})')}:"]
-            ind = 12
-        else:
-            head, ind = [f"    for i0 in range({e}):"], 8
-        return self._code("pre", 4) + head + self._code(("epi", 0), ind) + [" " * ind + store]
-
-    def _loops_nest(self, store):
-        nc = len(self.cext)
-        outer = [(f"i{c}", self.cext[c]) for c in range(nc - 1)]
-        lines = self._code("pre", 4)
-        lines.append(f"    for t in {self._rng(math.prod(e for _, e in outer))}:")
-        lines += ["        " + s for s in _decompose(outer, "t")]
-        lines += self._code(("epi", 0), 8)
-        lines.append(f"        for i{nc - 1} in range({self.cext[-1]}):")
-        return lines + self._code(("epi", 1), 12) + ["            " + store]
-
-    def _reduce_loops(self, first_level, indent, lines, innermost):
-        """The reduced loops from ``first_level`` on; ``innermost`` at the deepest level."""
-        for i, c in enumerate(self.R):
-            lines.append(" " * indent + f"for i{c} in range({self.cext[c]}):")
-            indent += 4
-            lines += self._code(("pro", first_level + i), indent)
-        lines += [" " * indent + s for s in innermost]
-
-    def _combine(self, acc_ref):
-        acc_dt, init, comb, fin, v = self.rule
-        return f"{acc_ref} = {comb.format(a=acc_ref, v=v)}"
-
-    def _loops_row(self, store):
-        acc_dt, init, comb, fin, v = self.rule
-        kd = [(f"i{c}", self.cext[c]) for c in self.K]
-        lines = self._code("pre", 4)
-        lines.append(f"    for t in {self._rng(math.prod(e for _, e in kd))}:")
-        lines += ["        " + s for s in _decompose(kd, "t")]
-        lines += self._code(("pro", 0), 8)
-        lines.append(f"        acc = {init}")
-        self._reduce_loops(1, 8, lines, [self._combine("acc")])
-        lines.append(f"        red = {fin.format(a='acc')}")
-        return lines + self._code("epi", 8) + ["        " + store]
-
-    def _loops_full(self, store):
-        acc_dt, init, comb, fin, v = self.rule
-        lines = self._code("pre", 4)
-        if not (self.parallel and self.R):
-            lines.append(f"    acc = {init}")
-            self._reduce_loops(0, 4, lines, [self._combine("acc")])
-            lines.append(f"    red = {fin.format(a='acc')}")
-            return lines + self._code("epi", 4) + ["    " + store]
-        r0, rest = self.R[0], self.R[1:]
-        e0 = self.cext[r0]
-        nch = max(1, min(MAX_CHUNKS, e0))
-        ch = -(-e0 // nch)
-        lines += [f"    partial = np.empty({nch}, {_T[acc_dt]})",
-                  f"    for c in prange({nch}):",
-                  f"        acc = {init}",
-                  f"        for i{r0} in {_urange(f'c * {ch}', f'min(c * {ch} + {ch}, {e0})')}:"]
-        lines += self._code(("pro", 0), 12)
-        saved, self.R = self.R, rest
-        self._reduce_loops(1, 12, lines, [self._combine("acc")])
-        self.R = saved
-        lines += ["        partial[c] = acc",
-                  f"    total = {init}",
-                  f"    for c in range({nch}):",
-                  f"        total = {comb.format(a='total', v='partial[c]')}",
-                  f"    red = {fin.format(a='total')}"]
-        return lines + self._code("epi", 4) + ["    " + store]
-
-    def _loops_column(self, store):
-        acc_dt, init, comb, fin, v = self.rule
-        kl = self.K[-1]
-        ekl = self.cext[kl]
-        cb = max(1, min(COL_BLOCK, ekl))
-        nb = -(-ekl // cb)
-        kd = [(f"i{c}", self.cext[c]) for c in self.K[:-1]]
-        lines = self._code("pre", 4)
-        lines.append(f"    for t in {self._rng(math.prod(e for _, e in kd) * nb)}:")
-        lines.append(f"        jb = t % {nb}")
-        if kd:
-            lines += ["        " + s for s in _decompose(kd, f"t // {nb}")]
-        lines += [f"        j0 = jb * {cb}",
-                  f"        jn = min({cb}, {ekl} - j0)",
-                  f"        acc = np.empty({cb}, {_T[acc_dt]})",
-                  "        for jj in range(jn):",
-                  f"            acc[jj] = {init}"]
-        lines += self._code(("pro", 0), 8)
-        inner = ["for jj in range(jn):", f"    i{kl} = j0 + jj"]
-        inner += ["    " + s for s in self.bufs.get(("pro", len(self.R) + 1), [])]
-        inner.append("    " + self._combine("acc[jj]"))
-        self._reduce_loops(1, 8, lines, inner)
-        lines += ["        for jj in range(jn):", f"            i{kl} = j0 + jj",
-                  f"            red = {fin.format(a='acc[jj]')}"]
-        return lines + self._code("epi", 12) + ["            " + store]
 
     # -- the module -------------------------------------------------------------------------
     def module(self, struct_key: str) -> str:
