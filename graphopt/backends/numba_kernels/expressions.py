@@ -11,6 +11,8 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import math
+import os
+import pathlib
 
 import numpy as np
 
@@ -35,20 +37,25 @@ def _fast_table() -> tuple[dict, str]:
     safe = getattr(numba_math, "KERNEL_SAFE", ())
     table = {k: f for k, f in (getattr(numba_math, "FAST", {}) or {}).items() if k[0] in safe}
     try:
-        with open(numba_math.__file__, "rb") as f:
-            digest = hashlib.sha256(f.read()).hexdigest()[:16]
+        digest = _file_digest("numba_math")
     except OSError:
         digest = "unknown"
     return table, digest
 
 
 def _file_digest(module: str) -> str:
-    """A digest of backend module ``module``'s source. Kernels inline its functions, and
-    numba's cache does not see a change there: the digest goes into every kernel's header,
-    which is its cache key."""
+    """A digest of backend module ``module``'s source (every file of a package). Kernels
+    inline its functions, and numba's cache does not see a change there: the digest goes
+    into every kernel's header, which is its cache key."""
     spec = importlib.util.find_spec(f"graphopt.backends.{module}")
-    with open(spec.origin, "rb") as f:
-        return hashlib.sha256(f.read()).hexdigest()[:16]
+    files = [pathlib.Path(spec.origin)]
+    if spec.submodule_search_locations:
+        files = sorted(pathlib.Path(d, f) for d in spec.submodule_search_locations
+                       for f in os.listdir(d) if f.endswith(".py"))
+    h = hashlib.sha256()
+    for path in files:
+        h.update(path.name.encode() + b"\0" + path.read_bytes())
+    return h.hexdigest()[:16]
 
 
 def _fast_key(table: dict, op: str, dtype: str):
