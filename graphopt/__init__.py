@@ -4,11 +4,12 @@ See DESIGN §2 for the public API; everything public is exported here."""
 
 from .compiler import compile
 from .errors import DTypeError, EinsumError, GraphError, InputError, ShapeError
-from .graph import (Graph, Tensor, abs, add, astype, broadcast_to, conj, cos, div, einsum,
-                    equal, exp, gelu, greater, greater_equal, imag, less, less_equal, log,
-                    logsumexp, matmul, max, maximum, mean, min, minimum, mul, neg, not_equal,
-                    pow, real, reciprocal, relu, reshape, sigmoid, sin, softmax, sqrt, square,
-                    sub, sum, tanh, transpose, where)
+from .graph import Graph
+from .tensor import (Tensor, abs, add, astype, broadcast_to, conj, cos, div, einsum, equal, exp,
+                     gelu, greater, greater_equal, imag, less, less_equal, log, logsumexp,
+                     matmul, max, maximum, mean, min, minimum, mul, neg, not_equal, pow, real,
+                     reciprocal, relu, reshape, sigmoid, sin, softmax, sqrt, square, sub, sum,
+                     tanh, transpose, where)
 from .jit import contract, jit
 from .plan import Plan
 from .report import OptimizationReport

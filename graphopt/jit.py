@@ -10,7 +10,8 @@ from collections import OrderedDict
 import numpy as np
 
 from .errors import GraphError
-from .graph import Graph, Tensor, einsum, tracing
+from .graph import Graph
+from .tensor import Tensor, einsum, tracing
 
 
 # Plans one ``@go.jit`` function keeps (least recently used dropped first).

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import graphopt as go
-from graphopt.graph import tracing
+from graphopt.tensor import tracing
 from graphopt.interpreter import interpret
 
 FILE = __file__
