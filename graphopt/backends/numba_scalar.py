@@ -18,6 +18,8 @@ import cmath
 import numba
 import numpy as np
 
+from .scalar_semantics import CPOW_INT_LIMIT
+
 _JIT = dict(cache=True, error_model="numpy", inline="always")
 
 
@@ -52,7 +54,7 @@ clog_c128 = _clog(np.float64, np.complex128)
 
 
 def _complex_ops(ftype, ctype):
-    one, zero = ftype(1.0), ftype(0.0)
+    one, zero, lim = ftype(1.0), ftype(0.0), float(CPOW_INT_LIMIT)
 
     @numba.njit(**_JIT)
     def cmul(ar, ai, br, bi):
@@ -99,7 +101,7 @@ def _complex_ops(ftype, ctype):
             if br > zero:
                 return ctype(complex(zero, zero))
             return ctype(complex(np.nan, np.nan))
-        if bi == zero and br == np.trunc(br) and -100.0 < br < 100.0:
+        if bi == zero and br == np.trunc(br) and -lim < br < lim:
             n = int(br)
             if n == 1:
                 return a
