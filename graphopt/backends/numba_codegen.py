@@ -16,7 +16,7 @@ import networkx as nx
 
 from .. import ir
 from ..fused import classify, is_pointwise
-from ..fused import node_subgraph as one_op_subgraph
+from ..fused import node_subgraph
 from .disk_cache import cache_dir  # noqa: F401  (where kernels live: reported, tested)
 from .disk_cache import load_module as _load_module
 from .numba_kernels.blocked import _BlockedSource
@@ -125,11 +125,11 @@ def build_fused_kernel(sub: nx.MultiDiGraph, pattern: str, *, fast_math: bool = 
     return dataclasses.replace(k, name=name or f"fused_{key[0][:8]}")
 
 
-def node_subgraph(G: nx.MultiDiGraph, n: int) -> tuple[nx.MultiDiGraph, str]:
+def _node_group(G: nx.MultiDiGraph, n: int) -> tuple[nx.MultiDiGraph, str]:
     """One elementwise or reduction node as a one-member sub-graph and its pattern."""
     if not (is_pointwise(G, n) or G.nodes[n]["op"] in ("sum", "max", "min", "mean")):
         raise UnsupportedKernel(f"op {G.nodes[n]['op']!r} is not elementwise or a reduction")
-    sub = one_op_subgraph(G, n)
+    sub = node_subgraph(G, n)
     pattern, reason = classify(sub, _members(sub), sub.graph["outputs"][0])
     if pattern is None:
         raise UnsupportedKernel(reason)
@@ -140,7 +140,7 @@ def build_node_kernel(G: nx.MultiDiGraph, n: int, *, fast_math: bool = True,
                       name: str | None = None) -> GeneratedKernel:
     """``build_fused_kernel`` for one elementwise or reduction node of ``G``; its operands
     are ``ir.operands(G, n)`` in order."""
-    sub, pattern = node_subgraph(G, n)
+    sub, pattern = _node_group(G, n)
     return build_fused_kernel(sub, pattern, fast_math=fast_math, name=name)
 
 

@@ -6,9 +6,9 @@ generator reads here: the dtype each operand is converted to and the dtype the o
 has (NumPy's ufunc loop), whether the op is refused, the corner cases NumPy's C loops have
 (NaN and ties in ``maximum``/``minimum``, the integer reciprocal, integer powers), the
 reduction's accumulator and identity, and the constants of sigmoid and GELU. Each
-generator only *spells* these in its language (``numba_kernels/source.py``,
-``cuda_codegen.py``). ``tests/backends/test_scalar_semantics.py`` runs every op of the
-table on every dtype through both generators (the CUDA C through g++ on the host) and
+generator only *spells* these in its language (``numba_kernels/expressions.py``,
+``cuda_kernels/expressions.py``). ``tests/backends/test_scalar_semantics.py`` runs every
+op of the table on every dtype through both generators (the CUDA C through g++ on the host) and
 compares with the interpreter.
 """
 
@@ -51,7 +51,8 @@ ORDERING = frozenset({"maximum", "minimum", "relu", "lt", "le", "gt", "ge", "max
 # not inf), powers by ``npy_cpow`` (``z ** 0 = 1``; ``0 ** z`` is 0 for ``z.real > 0``, else
 # nan; integer exponents below 100 by repeated multiplication, a negative one then divided
 # into 1; else ``exp(b log a)`` in complex128). Each generator calls its port of these
-# loops (numba_scalar.py; cuda_codegen's go_c* helpers) for every complex op listed here.
+# loops (numba_scalar.py; the go_c* helpers of cuda_kernels/expressions.py) for every
+# complex op listed here.
 COMPLEX_LOOPS = ("div", "reciprocal", "pow")
 CPOW_INT_LIMIT = 100
 
