@@ -9,8 +9,7 @@ import math
 import networkx as nx
 import numpy as np
 
-from . import einsum as einsum_mod
-from . import ir, ops
+from . import ir, ops, paths
 
 
 def node_flops(G: nx.MultiDiGraph, n: int) -> int:
@@ -21,12 +20,10 @@ def node_flops(G: nx.MultiDiGraph, n: int) -> int:
     d = G.nodes[n]
     kind = ops.OPS[d["op"]].kind
     if kind == ops.CONTRACTION:
+        eq = d["attrs"]["equation"]
         shapes = [G.nodes[u]["shape"] for u in ir.operands(G, n)]
-        inputs, _ = einsum_mod.split(d["attrs"]["equation"])
-        sizes = {c: s for t, sh in zip(inputs, shapes) for c, s in zip(t, sh)}
-        if d["attrs"].get("path") and len(inputs) > 2:
-            return path_flops(d["attrs"]["equation"], sizes, d["attrs"]["path"])
-        return int(einsum_mod.pairwise_flops(d["attrs"]["equation"], sizes))
+        path = d["attrs"].get("path") if len(shapes) > 2 else None
+        return paths.path_flops(eq, paths.label_sizes(eq, shapes), path)
     if kind == ops.ELEMENTWISE:
         return math.prod(d["shape"])
     if kind == ops.REDUCTION:
@@ -35,23 +32,6 @@ def node_flops(G: nx.MultiDiGraph, n: int) -> int:
         sub = d["attrs"]["graph"]
         return sum(node_flops(sub, m) for m in sub.nodes)
     return 0
-
-
-def path_flops(equation: str, sizes: dict, path) -> int:
-    """FLOPs of ``equation`` contracted along ``path`` (opt_einsum's linear format: each
-    step contracts the listed positions and appends the result), as opt_einsum counts."""
-    from opt_einsum.helpers import flop_count
-
-    inputs, output = einsum_mod.split(equation)
-    current = [set(t) for t in inputs]
-    total = 0
-    for inds in path:
-        picked = [current.pop(i) for i in sorted(inds, reverse=True)]
-        idx = set().union(*picked)
-        keep = idx & (set().union(*current) | set(output))
-        total += flop_count(idx, bool(idx - keep), len(picked), sizes)
-        current.append(keep)
-    return int(total)
 
 
 def node_bytes(G: nx.MultiDiGraph, n: int) -> int:

@@ -272,22 +272,3 @@ def evaluate(equation: str, arrays: Sequence[np.ndarray]) -> np.ndarray:
 
     return np.asarray(opt_einsum.contract(equation, *promote_operands(arrays),
                                           optimize="greedy"))
-
-
-def pairwise_flops(equation: str, sizes: dict) -> int:
-    """FLOPs of the equation contracted left to right, pairwise, as opt_einsum counts them."""
-    from opt_einsum.helpers import flop_count
-
-    inputs, output = split(equation)
-    total = 0
-    current = inputs[0]
-    if len(inputs) == 1:
-        idx = set(current)
-        return flop_count(idx, bool(idx - set(output)), 1, sizes)
-    for k, nxt in enumerate(inputs[1:], start=1):
-        rest = set("".join(inputs[k + 1:])) | set(output)
-        both = set(current) | set(nxt)
-        keep = "".join(c for c in dict.fromkeys(current + nxt) if c in rest)
-        total += flop_count(both, bool(both - set(keep)), 2, sizes)
-        current = keep
-    return total

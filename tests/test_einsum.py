@@ -173,15 +173,6 @@ def test_canonical_form_matches_duplicate_spelled_differently():
                                                                          ["a", "b"])
 
 
-def test_pairwise_flops_counts_like_opt_einsum():
-    eq = "ab,bc,cd->ad"
-    sizes = {"a": 2, "b": 3, "c": 4, "d": 5}
-    path, info = opt_einsum.contract_path(eq, *[np.empty([sizes[c] for c in t])
-                                                for t in ["ab", "bc", "cd"]],
-                                          optimize=[(0, 1), (0, 1)])
-    assert E.pairwise_flops(eq, sizes) == info.opt_cost
-
-
 # ------------------------------------------------------------------------------------ errors
 
 

@@ -45,7 +45,7 @@ def reference_kernel(G, n) -> Kernel:
 def sliced_kernel(G, n) -> Kernel:
     """An einsum with ``slices`` (or a multi-operand ``path``): run along its path, one slice
     at a time, so its intermediates stay within the memory limit the slicing pass met."""
-    from ..slicing import sliced_contract
+    from ..sliced_contraction import sliced_contract
 
     a = G.nodes[n]["attrs"]
     eq, path = a["equation"], a.get("path")

@@ -21,12 +21,11 @@ from dataclasses import dataclass
 import networkx as nx
 import numpy as np
 from opt_einsum import paths as oe_paths
-from opt_einsum.helpers import flop_count
 
 from .. import cost, ir
 from .. import einsum as einsum_mod
 from ..errors import GraphError
-from ..slicing import play_path
+from ..paths import Steps, label_sizes, left_to_right, play
 from .manager import PassResult, register_pass
 
 # optimize="auto": exhaustive search up to AUTO_OPTIMAL_MAX operands, dynamic programming
@@ -158,38 +157,6 @@ def merge(G, group: list[int]) -> Merged:
 # ------------------------------------------------------------------------------------ paths
 
 
-@dataclass
-class Steps:
-    """A path played out: per step the operand positions, their terms and the result term."""
-
-    path: list[tuple[int, ...]]
-    steps: list[tuple[tuple[int, ...], list[str], str]]
-    flops: int
-    largest: int      # elements of the largest intermediate (the final result excluded)
-    pairwise: bool
-
-
-def play(terms, output: str, sizes: dict, path) -> Steps:
-    """Play ``path`` (opt_einsum's linear format) over ``terms``; FLOPs as opt_einsum counts.
-    A step keeps only the labels later steps or the output need, in order of appearance."""
-    path = [tuple(p) for p in path] or [tuple(range(len(terms)))]
-    steps = play_path(terms, output, path)
-    flops, largest = 0, 0
-    for k, (_, picked, result) in enumerate(steps):
-        if k < len(steps) - 1:
-            largest = max(largest, math.prod(sizes[c] for c in result))
-        idx = set("".join(picked))
-        flops += flop_count(idx, bool(idx - set(result)), len(picked), sizes)
-    return Steps(path, steps, int(flops), largest, all(len(s[0]) <= 2 for s in steps))
-
-
-def left_to_right(n_operands: int) -> list[tuple[int, ...]]:
-    """The order a multi-operand einsum is written in: ((a b) c) d ..."""
-    if n_operands <= 2:
-        return [tuple(range(n_operands))]
-    return [(0, 1)] + [(0, n_operands - 2 - k) for k in range(n_operands - 2)]
-
-
 def optimizer_for(optimize, n_operands: int):
     """``(search function, its name)`` for ``ctx.optimize`` on ``n_operands`` operands."""
     if isinstance(optimize, oe_paths.PathOptimizer):
@@ -236,9 +203,9 @@ def user_cost(G, group: list[int]) -> tuple[int, int]:
     for n in group:
         d = G.nodes[n]
         if d["op"] == "einsum" and G.in_degree(n) > 2:
-            ins, out = einsum_mod.split(d["attrs"]["equation"])
-            sizes = {c: s for t, u in zip(ins, ir.operands(G, n))
-                     for c, s in zip(t, G.nodes[u]["shape"])}
+            eq = d["attrs"]["equation"]
+            ins, out = einsum_mod.split(eq)
+            sizes = label_sizes(eq, [G.nodes[u]["shape"] for u in ir.operands(G, n)])
             steps = play(ins, out, sizes, d["attrs"].get("path") or left_to_right(len(ins)))
             largest = max(largest, steps.largest)
     return flops, largest

@@ -3,12 +3,13 @@
 The ``contraction`` pass keeps a group as one multi-operand ``einsum`` (with a ``path``
 attr) where no pairwise order keeps its intermediates within the limit. This pass plays
 each such node's path (opt_einsum's path where the node has none) and, where an
-intermediate exceeds the limit, chooses labels to slice (``graphopt.slicing.find_slices``,
-greedy as cotengra's SliceFinder), then searches the path again for the sliced sizes and
-keeps the cheaper of the two. It sets ``attrs["slices"]`` (labels),
-``attrs["slice_blocks"]`` (index values per slice) and ``attrs["path"]``; backends run the
-node as a loop over slices (``graphopt.slicing.sliced_contract``) or as one task per slice
-(dask). Without a memory limit the pass changes nothing.
+intermediate exceeds the limit, chooses labels to slice
+(``graphopt.sliced_contraction.find_slices``, greedy as cotengra's SliceFinder), then
+searches the path again for the sliced sizes and keeps the cheaper of the two. It sets
+``attrs["slices"]`` (labels), ``attrs["slice_blocks"]`` (index values per slice) and
+``attrs["path"]``; backends run the node as a loop over slices
+(``graphopt.sliced_contraction.sliced_contract``) or as one task per slice (dask).
+Without a memory limit the pass changes nothing.
 
 Where no slicing can meet the limit (an operand or the result alone exceeds it) compilation
 stops here with a ``GraphError`` naming the node, its equation and the numbers.
@@ -29,7 +30,8 @@ import numpy as np
 from .. import ir
 from ..einsum import split as split_equation
 from ..errors import GraphError
-from ..slicing import default_path, label_sizes, play_path, slice_and_repath, slice_cost
+from ..paths import default_path, label_sizes, play_path
+from ..sliced_contraction import slice_and_repath, slice_cost
 from .manager import PassResult, register_pass
 
 

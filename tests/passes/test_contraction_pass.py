@@ -12,8 +12,8 @@ from graphopt import cost, ir
 from graphopt.errors import GraphError
 from graphopt.interpreter import run_graph
 from graphopt.passes import PassContext
-from graphopt.passes.contraction import (contraction, find_groups, label, left_to_right, merge,
-                                         play)
+from graphopt.passes.contraction import contraction, find_groups, label, merge
+from graphopt.paths import left_to_right, play
 
 
 def run(g, **ctx):

@@ -1,4 +1,4 @@
-"""The slicing pass and the sliced-contraction executor (graphopt/slicing.py)."""
+"""The slicing pass and the sliced-contraction executor (graphopt/sliced_contraction.py)."""
 
 import math
 import tracemalloc
@@ -15,8 +15,8 @@ from graphopt.errors import GraphError
 from graphopt.passes import PassContext
 from graphopt.passes.contraction import label
 from graphopt.passes.slicing import slicing
-from graphopt.slicing import (default_path, find_slices, label_sizes, play_path, slice_cost,
-                              sliced_contract)
+from graphopt.paths import default_path, label_sizes, play_path
+from graphopt.sliced_contraction import find_slices, slice_cost, sliced_contract
 
 
 def grid_equation(rows: int, cols: int) -> str:

@@ -25,7 +25,8 @@ from ... import ops
 from ...einsum import split as split_equation
 from ...einsum import to_ascii
 from ...errors import GraphError
-from ...slicing import PathContraction, default_path, label_sizes, play_path, slice_ranges
+from ...paths import default_path, label_sizes, play_path
+from ...sliced_contraction import PathContraction, slice_ranges
 
 
 @dataclass

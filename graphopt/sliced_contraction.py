@@ -29,65 +29,13 @@ from typing import Iterator, Sequence
 
 import numpy as np
 
-from .einsum import split as split_equation
 from .einsum import promote_operands, to_ascii
+from .einsum import split as split_equation
 from .errors import GraphError
-
-
-# ------------------------------------------------------------------------------------ paths
-
-
-def play_path(terms: Sequence[str], output: str, path) -> list[tuple[tuple[int, ...], list[str],
-                                                                     str]]:
-    """``path`` played over ``terms``: per step ``(positions, picked terms, result term)``.
-
-    A step's result keeps the labels that later steps or the output need, in order of
-    appearance; the last step's result is ``output``. Raises ``GraphError`` for a path
-    that does not fit ``terms``."""
-    current = list(terms)
-    path = [tuple(p) for p in path] or [tuple(range(len(current)))]
-    steps = []
-    for k, inds in enumerate(path):
-        inds = tuple(sorted(inds))
-        if not inds or any(not 0 <= i < len(current) for i in inds) or len(set(inds)) != len(inds):
-            raise GraphError(f"contraction path {path} step {k} picks {inds} from "
-                             f"{len(current)} operand(s)")
-        picked = [current[i] for i in inds]
-        for i in reversed(inds):
-            current.pop(i)
-        if k == len(path) - 1:
-            if current:
-                raise GraphError(f"contraction path {path} leaves {len(current)} operand(s)")
-            result = output
-        else:
-            needed = set("".join(current)) | set(output)
-            result = "".join(c for c in dict.fromkeys("".join(picked)) if c in needed)
-        current.append(result)
-        steps.append((inds, picked, result))
-    return steps
-
-
-def default_path(equation: str, shapes, optimize="greedy") -> list[tuple[int, ...]]:
-    """opt_einsum's path for ``equation`` on operands of ``shapes``."""
-    import opt_einsum
-
-    if len(shapes) <= 2:
-        return [tuple(range(len(shapes)))]
-    path, _ = opt_einsum.contract_path(equation, *shapes, shapes=True, optimize=optimize)
-    return [tuple(p) for p in path]
-
-
-def label_sizes(equation: str, shapes) -> dict[str, int]:
-    inputs, _ = split_equation(equation)
-    return {c: int(s) for t, sh in zip(inputs, shapes) for c, s in zip(t, sh)}
+from .paths import default_path, label_sizes, play_path, step_flops
 
 
 # ------------------------------------------------------------------------------------ costs
-
-
-def _flops(idx: set, inner: bool, n_terms: int, sizes: dict) -> int:
-    # opt_einsum.helpers.flop_count, in Python ints (no overflow on huge networks)
-    return math.prod(sizes[c] for c in idx) * (max(1, n_terms - 1) + (1 if inner else 0))
 
 
 @dataclass(frozen=True)
@@ -113,7 +61,7 @@ def slice_cost(steps, n_terms: int, output: str, sizes: dict,
     for inds, picked, result in steps:
         idx = set("".join(picked))
         recompute = math.prod(p for c, p in parts.items() if c not in idx)
-        flops += _flops(idx, bool(idx - set(result)), len(picked), sizes) * recompute
+        flops += step_flops(idx, bool(idx - set(result)), len(picked), sizes) * recompute
         elems = math.prod(per[c] for c in result)
         results.append(elems)
         working = max(working, sum(current) + elems)  # operands live while the result is written
@@ -171,7 +119,7 @@ class _Slicer:
         self.sizes, self.output, self.limit = sizes, set(output), limit_elems
         self.idx = [set("".join(picked)) for _, picked, _ in steps]
         self.res = [r for _, _, r in steps]
-        self.base = [_flops(i, bool(i - set(r)), len(p), sizes)
+        self.base = [step_flops(i, bool(i - set(r)), len(p), sizes)
                      for i, (_, p, r) in zip(self.idx, steps)]
         self.recompute = [1] * len(steps)        # slices of labels a step lacks
         self.elems = [math.prod(sizes[c] for c in r) for r in self.res]

@@ -1,0 +1,110 @@
+"""Contraction-path arithmetic: play a path, count its FLOPs, find its largest intermediate.
+
+A *path* is opt_einsum's linear format: each step contracts the listed operand positions
+and appends the result at the end. Every caller that counts FLOPs along a path (the cost
+model, the contraction and slicing passes, the sliced runtime, the dask lowering) plays it
+here, so there is one rule for a step's result labels and one FLOP count.
+
+FLOPs are counted as ``opt_einsum.helpers.flop_count`` counts them, in Python ints (no
+overflow on the largest networks).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Sequence
+
+from .einsum import split as split_equation
+from .errors import GraphError
+
+PlayedStep = tuple[tuple[int, ...], list[str], str]
+
+
+def step_flops(labels: set, inner: bool, n_terms: int, sizes: dict) -> int:
+    """FLOPs of one step over ``labels`` joining ``n_terms`` terms (``inner``: some label is
+    summed away), as ``opt_einsum.helpers.flop_count``."""
+    return math.prod(sizes[c] for c in labels) * (max(1, n_terms - 1) + (1 if inner else 0))
+
+
+def play_path(terms: Sequence[str], output: str, path) -> list[PlayedStep]:
+    """``path`` played over ``terms``: per step ``(positions, picked terms, result term)``.
+
+    A step's result keeps the labels that later steps or the output need, in order of
+    appearance; the last step's result is ``output``. An empty path is one step over every
+    term. Raises ``GraphError`` for a path that does not fit ``terms``."""
+    current = list(terms)
+    path = [tuple(p) for p in path] or [tuple(range(len(current)))]
+    steps = []
+    for k, inds in enumerate(path):
+        inds = tuple(sorted(inds))
+        if not inds or any(not 0 <= i < len(current) for i in inds) or len(set(inds)) != len(inds):
+            raise GraphError(f"contraction path {path} step {k} picks {inds} from "
+                             f"{len(current)} operand(s)")
+        picked = [current[i] for i in inds]
+        for i in reversed(inds):
+            current.pop(i)
+        if k == len(path) - 1:
+            if current:
+                raise GraphError(f"contraction path {path} leaves {len(current)} operand(s)")
+            result = output
+        else:
+            needed = set("".join(current)) | set(output)
+            result = "".join(c for c in dict.fromkeys("".join(picked)) if c in needed)
+        current.append(result)
+        steps.append((inds, picked, result))
+    return steps
+
+
+@dataclass
+class Steps:
+    """A path played out: per step the operand positions, their terms and the result term."""
+
+    path: list[tuple[int, ...]]
+    steps: list[PlayedStep]
+    flops: int
+    largest: int      # elements of the largest intermediate (the final result excluded)
+    pairwise: bool
+
+
+def play(terms: Sequence[str], output: str, sizes: dict, path) -> Steps:
+    """Play ``path`` over ``terms`` (``play_path``) and count its FLOPs and largest
+    intermediate."""
+    path = [tuple(p) for p in path] or [tuple(range(len(terms)))]
+    steps = play_path(terms, output, path)
+    flops, largest = 0, 0
+    for k, (_, picked, result) in enumerate(steps):
+        if k < len(steps) - 1:
+            largest = max(largest, math.prod(sizes[c] for c in result))
+        labels = set("".join(picked))
+        flops += step_flops(labels, bool(labels - set(result)), len(picked), sizes)
+    return Steps(path, steps, flops, largest, all(len(s[0]) <= 2 for s in steps))
+
+
+def left_to_right(n_operands: int) -> list[tuple[int, ...]]:
+    """The order a multi-operand einsum is written in: ((a b) c) d ..."""
+    if n_operands <= 2:
+        return [tuple(range(n_operands))]
+    return [(0, 1)] + [(0, n_operands - 2 - k) for k in range(n_operands - 2)]
+
+
+def path_flops(equation: str, sizes: dict, path=None) -> int:
+    """FLOPs of ``equation`` contracted along ``path`` (None: left to right, as written)."""
+    terms, output = split_equation(equation)
+    return play(terms, output, sizes, path or left_to_right(len(terms))).flops
+
+
+def label_sizes(equation: str, shapes) -> dict[str, int]:
+    """Each label's dimension, read from the operand ``shapes``."""
+    terms, _ = split_equation(equation)
+    return {c: int(s) for t, sh in zip(terms, shapes) for c, s in zip(t, sh)}
+
+
+def default_path(equation: str, shapes, optimize="greedy") -> list[tuple[int, ...]]:
+    """opt_einsum's path for ``equation`` on operands of ``shapes``."""
+    import opt_einsum
+
+    if len(shapes) <= 2:
+        return [tuple(range(len(shapes)))]
+    path, _ = opt_einsum.contract_path(equation, *shapes, shapes=True, optimize=optimize)
+    return [tuple(p) for p in path]
