@@ -15,11 +15,9 @@ import numpy as np
 
 from . import threads
 from .errors import VALUE_ERRORS
-from .liveness import MemoryPlan
 from .kernel import Kernel, Step, step_error
+from .liveness import MemoryPlan
 from .signature import bind_inputs, restructure
-
-
 
 # ----------------------------------------------------------------------------------- arena
 
@@ -64,6 +62,10 @@ class Plan(StepsIntrospection):
     def __init__(self, *, source_graph, graph, steps: list[Step], memory: MemoryPlan,
                  arena_bytes: int, backend, pool, input_slots, output_slots, init_vals,
                  report=None, options=None):
+        self._spec = dict(source_graph=source_graph, graph=graph, steps=steps, memory=memory,
+                          arena_bytes=arena_bytes, backend=backend, pool=pool,
+                          input_slots=input_slots, output_slots=output_slots,
+                          init_vals=init_vals, report=report, options=options)
         self.source_graph = source_graph
         self.graph = graph
         self.steps = steps
@@ -183,27 +185,61 @@ class Plan(StepsIntrospection):
                 return None
         return list(args)
 
-    def run(self, arrays: list):
+    def run(self, arrays: list, clock=None):
         """Execute on already-bound inputs (see ``bind``), with this call's share of the
-        thread budget (``graphopt.threads``)."""
+        thread budget (``graphopt.threads``); ``clock`` as in ``run_steps``."""
         arena = self._checkout()
         threads.enter_call(self.threads)
         try:
             vals, outs = arena.vals, arena.outs
-            for slot, a in zip(self._input_slots, arrays):
-                vals[slot] = a
-            empty = self.backend.empty
-            for k, shape, dtype in self._output_allocs:
-                outs[k] = empty(shape, dtype)
-            for fn, ins, out_slot, i in self._program:
-                vals[out_slot] = fn([vals[j] for j in ins], outs[i])
-            results = [vals[s] for s in self._output_slots]
-        except VALUE_ERRORS as e:
-            raise step_error(self.steps[i], e) from e
+            self.place_inputs(vals, arrays)
+            self.allocate_outputs(outs, self.backend.empty)
+            self.run_steps(vals, outs, clock)
+            results = self.output_values(vals)
         finally:
             threads.exit_call()
             self._checkin(arena)
         return restructure(self._struct, self.backend.finish(results, self.options))
+
+    def run_steps(self, vals: list, outs: list, clock=None) -> None:
+        """The step loop, the one every way of running a plan goes through: each step in
+        order over one arena's slot values ``vals`` and output buffers ``outs``.
+
+        ``clock`` (the profiler's hook, e.g. ``backend.step_clock()``): its ``mark()`` is
+        called before the first step and after every step. A step's NumPy error becomes a
+        ``GraphError`` naming the step."""
+        i = 0
+        try:
+            if clock is None:
+                for fn, ins, out_slot, i in self._program:
+                    vals[out_slot] = fn([vals[j] for j in ins], outs[i])
+            else:
+                clock.mark()
+                for fn, ins, out_slot, i in self._program:
+                    vals[out_slot] = fn([vals[j] for j in ins], outs[i])
+                    clock.mark()
+        except VALUE_ERRORS as e:
+            raise step_error(self.steps[i], e) from e
+
+    def place_inputs(self, vals: list, arrays: list) -> None:
+        """Put one call's bound input arrays in their slots of ``vals``."""
+        for slot, a in zip(self._input_slots, arrays):
+            vals[slot] = a
+
+    def allocate_outputs(self, outs: list, empty) -> None:
+        """Fresh output arrays (``empty(shape, dtype)``) in ``outs``: an output is never
+        written into memory a later call reuses."""
+        for k, shape, dtype in self._output_allocs:
+            outs[k] = empty(shape, dtype)
+
+    def output_values(self, vals: list) -> list:
+        """The graph's outputs from the slot values of a finished run, in output order."""
+        return [vals[s] for s in self._output_slots]
+
+    def rebuilt_as(self, cls: type) -> "Plan":
+        """This plan as an instance of the ``Plan`` subclass ``cls`` (same steps, slots and
+        pool; e.g. the CUDA-graph plan)."""
+        return cls(**self._spec)
 
     def profile(self, *args, repeat: int = 10, warmup: int = 1, **kwargs):
         """Run ``repeat`` times in an instrumented loop; returns a ``Profile``."""

@@ -307,44 +307,28 @@ def _rate(amount: int, ns: float) -> float:
 # ----------------------------------------------------------------------------------- runner
 
 
-class _NoClock:
-    """The clock of the unrecorded warm-up runs."""
+class _CpuClock:
+    """Wraps a backend's step clock: at each mark also the process CPU time and the threads
+    this call has (``graphopt.threads``), read inside the call."""
+
+    def __init__(self, clock):
+        self.clock = clock
+        self.cpu: list[int] = []
+        self.threads = 1
 
     def mark(self) -> None:
-        pass
-
-
-def _run_once(plan, arrays: list, clock, cpu: list) -> int:
-    """One run of ``plan``'s program as ``Plan.run`` does it (the same share of the thread
-    budget), marking ``clock`` and appending the process CPU time to ``cpu`` before the
-    first step and after every step. Inputs are only read, as in ``Plan.run``. Returns the
-    threads the call had."""
-    arena = plan._checkout()
-    nthreads = threads.enter_call(plan.threads)
-    try:
-        vals, outs = arena.vals, arena.outs
-        for slot, a in zip(plan._input_slots, arrays):
-            vals[slot] = a
-        for i, shape, dtype in plan._output_allocs:
-            outs[i] = plan.backend.empty(shape, dtype)
-        clock.mark()
-        cpu.append(time.process_time_ns())
-        for fn, ins, out_slot, i in plan._program:
-            vals[out_slot] = fn([vals[j] for j in ins], outs[i])
-            clock.mark()
-            cpu.append(time.process_time_ns())
-    finally:
-        threads.exit_call()
-        plan._checkin(arena)
-    return nthreads
+        if self.clock is not None:
+            self.clock.mark()
+        self.cpu.append(time.process_time_ns())
+        self.threads = threads.current_threads()
 
 
 def profile_plan(plan, arrays: list, repeat: int = 10, warmup: int = 1) -> Profile:
     """Profile ``plan`` on already-bound ``arrays`` (see ``Plan.bind``).
 
-    Runs ``warmup`` unrecorded then ``repeat`` recorded runs of the plan's program, each
-    on an arena checked out of the plan and with fresh output arrays, as ``Plan.run`` does;
-    the results are discarded and the inputs never written to.
+    Runs ``warmup`` unrecorded then ``repeat`` recorded runs through ``Plan.run`` with a
+    step clock (the backend's ``step_clock``); the results are discarded and the inputs
+    never written to.
 
     Returns:
         A ``Profile`` with ``repeat * len(plan.steps)`` events.
@@ -358,13 +342,13 @@ def profile_plan(plan, arrays: list, repeat: int = 10, warmup: int = 1) -> Profi
                          f"repeat={repeat!r}, warmup={warmup!r}")
     backend = plan.backend
     for _ in range(warmup):
-        _run_once(plan, arrays, _NoClock(), [])
+        plan.run(arrays, clock=_CpuClock(None))
     backend.synchronize()
     events = []
     for r in range(repeat):
-        clock, cpu = backend.step_clock(), []
-        nthreads = _run_once(plan, arrays, clock, cpu)
-        marks = clock.read()
+        clock = _CpuClock(backend.step_clock())
+        plan.run(arrays, clock=clock)
+        marks, cpu, nthreads = clock.clock.read(), clock.cpu, clock.threads
         for s, start, end, c0, c1 in zip(plan.steps, marks, marks[1:], cpu, cpu[1:]):
             events.append(StepEvent(s.name, tuple(s.op_kinds), start, end, s.flops, s.bytes,
                                     step=s.index, repeat=r, shape=tuple(s.shape),

@@ -234,7 +234,7 @@ class CupyBackend(Backend):
 
     def build_plan(self, G, source_graph, ctx, report):
         plan = super().build_plan(G, source_graph, ctx, report)
-        return CudaGraphPlan.wrap(plan) if ctx.options.get("cuda_graph") else plan
+        return plan.rebuilt_as(CudaGraphPlan) if ctx.options.get("cuda_graph") else plan
 
 
 def _check_options(options: dict) -> None:

@@ -223,7 +223,8 @@ class DaskPlan(StepsIntrospection):
                 f"{self.details.get('tasks', '?')} tasks)")
 
     # -- building the dask graph ------------------------------------------------------------
-    def _dask_inputs(self, arrays: list) -> list:
+    def dask_inputs(self, arrays: list) -> list:
+        """Bound input arrays as dask arrays in the planned chunks."""
         G = self.graph
         out = []
         for i, a in zip(G.graph["inputs"], arrays):
@@ -232,8 +233,10 @@ class DaskPlan(StepsIntrospection):
                                 self._opts.chunk_bytes))
         return out
 
-    def _build(self, inputs: list, logs: dict | None = None) -> list:
-        """The outputs' dask arrays for dask ``inputs`` (``logs``: per step, its StepLog)."""
+    def build_steps(self, inputs: list, on_step=None) -> list:
+        """The step loop: the outputs' dask arrays for dask ``inputs`` (``dask_inputs``),
+        each step lowered in order. ``on_step(step, array, log)`` (the profile's and the
+        dry run's hook) is called after each step and returns the array later steps use."""
         from .dask_graph.lowering import StepLog, constant
 
         G = self.graph
@@ -243,9 +246,8 @@ class DaskPlan(StepsIntrospection):
                 env[n] = constant(G.nodes[n]["attrs"]["value"], self._opts)
         for s in self.steps:
             log = StepLog()
-            env[s.node] = s.kernel.fn([env[u] for u in ir.operands(G, s.node)], None, log)
-            if logs is not None:
-                logs[s.index] = (log, env[s.node])
+            x = s.kernel.fn([env[u] for u in ir.operands(G, s.node)], None, log)
+            env[s.node] = x if on_step is None else on_step(s, x, log)
         return [env[o] for o in G.graph["outputs"]]
 
     def _dry_run(self) -> None:
@@ -262,7 +264,12 @@ class DaskPlan(StepsIntrospection):
             chunks_in[d["name"]] = [list(x) for x in c]
             placeholders.append(da.empty(d["shape"], dtype=d["dtype"], chunks=c))
         logs: dict = {}
-        outs = self._build(placeholders, logs)
+
+        def keep_log(step, x, log):
+            logs[step.index] = (log, x)
+            return x
+
+        outs = self.build_steps(placeholders, keep_log)
         moved = []
         for s in self.steps:
             log, arr = logs[s.index]
@@ -286,7 +293,7 @@ class DaskPlan(StepsIntrospection):
     def lazy(self, *args, **kwargs):
         """The outputs as dask arrays (nothing computed), in the structure of ``g.output``."""
         arrays = bind_inputs(self.graph, args, kwargs)
-        return restructure(self._struct, self._build(self._dask_inputs(arrays)))
+        return restructure(self._struct, self.build_steps(self.dask_inputs(arrays)))
 
     def __call__(self, *args, **kwargs):
         arrays = bind_inputs(self.graph, args, kwargs)
@@ -297,7 +304,7 @@ class DaskPlan(StepsIntrospection):
 
             return restructure(self._struct, self._fresh(run_graph(self.graph, arrays),
                                                          arrays))
-        outs = self._build(self._dask_inputs(arrays))
+        outs = self.build_steps(self.dask_inputs(arrays))
         try:
             results = compute(outs, self.options.get("client"),
                               self.options.get("progress", "auto"))

@@ -7,7 +7,6 @@ import time
 import warnings
 from collections import OrderedDict
 
-
 from ...plan import Plan
 from ...signature import restructure
 
@@ -65,14 +64,6 @@ class CudaGraphPlan(Plan):
     # more than the launches a graph saves, and the plan runs eagerly instead.
     max_output_bytes = 16 << 20
 
-    @classmethod
-    def wrap(cls, plan: Plan) -> "CudaGraphPlan":
-        return cls(source_graph=plan.source_graph, graph=plan.graph, steps=plan.steps,
-                   memory=plan.memory, arena_bytes=plan.arena_bytes, backend=plan.backend,
-                   pool=plan.pool, input_slots=plan._input_slots,
-                   output_slots=plan._output_slots, init_vals=plan._init_vals,
-                   report=plan.report, options=plan.options)
-
     def __init__(self, **kwargs):
         super().__init__(**kwargs)
         self._graphs: OrderedDict = OrderedDict()
@@ -88,43 +79,41 @@ class CudaGraphPlan(Plan):
         import cupy
 
         self._garena = self._new_arena()  # held for the plan's life: graphs point into it
-        for i, shape, dtype in self._output_allocs:
-            self._garena.outs[i] = cupy.empty(shape, dtype)
+        self.allocate_outputs(self._garena.outs, cupy.empty)
         self._gpool = cupy.cuda.MemoryPool()
         self._stream = cupy.cuda.Stream(non_blocking=True)
-
-    def _execute(self, vals, outs) -> None:
-        for fn, ins, out_slot, i in self._program:
-            vals[out_slot] = fn([vals[j] for j in ins], outs[i])
 
     def _capture(self, arrays):
         import cupy
 
         vals, outs = self._garena.vals, self._garena.outs
-        for slot, a in zip(self._input_slots, arrays):
-            vals[slot] = a
+        self.place_inputs(vals, arrays)
         s = self._stream
         s.wait_event(cupy.cuda.get_current_stream().record())
         with cupy.cuda.using_allocator(self._gpool.malloc), s:
             if not self.graph_stats["captures"]:
                 # Compile kernels, create library handles and fill the private pool before
                 # capturing: none of that may happen inside a capture.
-                self._execute(vals, outs)
+                self.run_steps(vals, outs)
                 s.synchronize()
             s.begin_capture()
             try:
-                self._execute(vals, outs)
+                self.run_steps(vals, outs)
             finally:
                 graph = s.end_capture()
         s.synchronize()
         self.graph_stats["captures"] += 1
         return graph
 
-    def run(self, arrays: list):
+    def run(self, arrays: list, clock=None):
+        """Replay the CUDA graph for these inputs (capturing it first where new); a profiled
+        run (``clock``), a plan that cannot be captured and a plan with large outputs run
+        eagerly, step by step."""
+        if clock is not None or self.graph_error is not None or \
+                self._output_bytes > self.max_output_bytes:
+            return Plan.run(self, arrays, clock)
         import cupy
 
-        if self.graph_error is not None or self._output_bytes > self.max_output_bytes:
-            return Plan.run(self, arrays)
         with self._glock:
             if self._garena is None:
                 self._setup()
@@ -153,6 +142,6 @@ class CudaGraphPlan(Plan):
             self._last_stream = stream
             graph.launch(stream)
             self.graph_stats["replays"] += 1
-            vals = self._garena.vals
-            results = [vals[s].copy() for s in self._output_slots]
-        return restructure(self._struct, self.backend.finish(results, self.options))
+            results = [v.copy() for v in self.output_values(self._garena.vals)]
+        return restructure(self.graph.graph["output_structure"],
+                           self.backend.finish(results, self.options))

@@ -12,7 +12,6 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from ... import ir
 from ...profiler import Profile, StepEvent
 from .cluster import get_client
 
@@ -24,14 +23,34 @@ class DaskStepEvent(StepEvent):
     tasks: int = 0
 
 
+class _StepTimer:
+    """``DaskPlan.build_steps``'s hook for one run: persist each step's array (it waits for
+    it) and record the step's time, from the end of the previous one (lowering included)."""
+
+    def __init__(self, persist, repeat: int | None):
+        self.persist, self.repeat = persist, repeat
+        self.events: list[DaskStepEvent] = []
+        self.last = time.perf_counter_ns()
+
+    def __call__(self, s, x, log):
+        graph = x.__dask_graph__()
+        tasks = len(graph.layers[x.name]) if hasattr(graph, "layers") else len(graph)
+        x = self.persist(x)
+        end = time.perf_counter_ns()
+        if self.repeat is not None:
+            self.events.append(DaskStepEvent(
+                s.name, s.op_kinds, self.last, end, s.flops, s.bytes, step=s.index,
+                repeat=self.repeat, shape=s.shape, dtype=s.dtype, impl=s.kernel.impl,
+                srcs=s.srcs, tasks=tasks))
+        self.last = time.perf_counter_ns()
+        return x
+
+
 def profile_dask_plan(plan, arrays: list, repeat: int = 3, warmup: int = 1) -> Profile:
     """Run ``plan`` on bound ``arrays`` step by step, ``warmup + repeat`` times."""
     import dask
 
-    from .lowering import StepLog, constant
-
     client = get_client(plan.options.get("client"))
-    G = plan.graph
 
     def persist(x):
         if client is None:
@@ -44,19 +63,8 @@ def profile_dask_plan(plan, arrays: list, repeat: int = 3, warmup: int = 1) -> P
 
     events = []
     for r in range(warmup + repeat):
-        env = dict(zip(G.graph["inputs"], [persist(a) for a in plan._dask_inputs(arrays)]))
-        for n in G:
-            if G.nodes[n]["op"] == "const":
-                env[n] = constant(G.nodes[n]["attrs"]["value"], plan._opts)
-        for s in plan.steps:
-            start = time.perf_counter_ns()
-            x = s.kernel.fn([env[u] for u in ir.operands(G, s.node)], None, StepLog())
-            tasks = len(x.__dask_graph__().layers[x.name]) if hasattr(
-                x.__dask_graph__(), "layers") else len(x.__dask_graph__())
-            env[s.node] = persist(x)
-            if r >= warmup:
-                events.append(DaskStepEvent(
-                    s.name, s.op_kinds, start, time.perf_counter_ns(), s.flops, s.bytes,
-                    step=s.index, repeat=r - warmup, shape=s.shape, dtype=s.dtype,
-                    impl=s.kernel.impl, srcs=s.srcs, tasks=tasks))
+        inputs = [persist(a) for a in plan.dask_inputs(arrays)]
+        timer = _StepTimer(persist, r - warmup if r >= warmup else None)
+        plan.build_steps(inputs, timer)
+        events += timer.events
     return Profile(events, repeat)

@@ -1,0 +1,79 @@
+"""``Plan``'s one step loop (``run_steps``) and the hooks the profiler and the CUDA-graph plan
+build on: the clock marks, error naming, subclasses rebuilt from a plan."""
+
+import numpy as np
+import pytest
+
+import graphopt as go
+from graphopt.backends.cuda_kernels.graphs import CudaGraphPlan
+from graphopt.plan import Plan
+
+
+def graph():
+    g = go.Graph("two_steps")
+    x = g.input("x", (8, 4), "float64")
+    w = g.input("w", (4, 3), "float64")
+    g.output(go.log(x @ w))
+    return g
+
+
+class CountingClock:
+    def __init__(self):
+        self.marks = 0
+
+    def mark(self):
+        self.marks += 1
+
+
+@pytest.fixture
+def plan():
+    return go.compile(graph(), backend="numpy", opt_level=0)
+
+
+def test_clock_marks_before_the_first_step_and_after_each(plan, rng):
+    x, w = rng.random((8, 4)), rng.random((4, 3))
+    clock = CountingClock()
+    out = plan.run(plan.bind((x, w), {}), clock=clock)
+    assert clock.marks == len(plan.steps) + 1 and len(plan.steps) >= 2
+    np.testing.assert_allclose(out, np.log(x @ w))
+
+
+def test_a_numpy_error_in_any_loop_names_the_step(rng):
+    g = go.Graph("ints")
+    a = g.input("a", (3,), "int64")
+    b = g.input("b", (3,), "int64")
+    g.output(a ** b)
+    plan = go.compile(g, backend="numpy")
+    args = plan.bind((np.array([1, 2, 3]), np.array([1, -1, 2])), {})
+    for clock in (None, CountingClock()):
+        with pytest.raises(go.GraphError, match="pow"):
+            plan.run(args, clock=clock)
+
+
+def test_rebuilt_as_a_subclass_shares_steps_and_runs_the_same(plan, rng):
+    class Traced(Plan):
+        pass
+
+    x, w = rng.random((8, 4)), rng.random((4, 3))
+    other = plan.rebuilt_as(Traced)
+    assert type(other) is Traced and other.steps is plan.steps and other.pool is plan.pool
+    np.testing.assert_array_equal(other(x, w), plan(x, w))
+
+
+def test_cuda_graph_plan_runs_eagerly_when_profiled_or_not_capturable(plan, rng):
+    # Without a GPU the capture path cannot run; the eager routes are host code.
+    x, w = rng.random((8, 4)), rng.random((4, 3))
+    graphed = plan.rebuilt_as(CudaGraphPlan)
+    graphed.graph_error = "RuntimeError: not capturable (set by the test)"
+    np.testing.assert_array_equal(graphed(x, w), plan(x, w))
+    clock = CountingClock()
+    graphed.graph_error = None
+    graphed.run(graphed.bind((x, w), {}), clock=clock)
+    assert clock.marks == len(plan.steps) + 1
+    assert graphed.graph_stats["captures"] == 0
+
+
+def test_profile_counts_the_threads_of_the_call(plan, rng):
+    prof = plan.profile(rng.random((8, 4)), rng.random((4, 3)), repeat=2)
+    assert len(prof.events) == 2 * len(plan.steps)
+    assert all(e.threads >= 1 and e.cpu_ns >= 0 for e in prof.events)
