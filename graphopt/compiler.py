@@ -82,14 +82,24 @@ def _check_memory_limit(memory_limit):
     return int(memory_limit)
 
 
-def _check_options(options: dict, pass_list, disable) -> None:
-    """Unknown compile options and pass names are errors that list the valid ones."""
-    known = set(PASS_OPTIONS).union(*(b.compile_options for b in BACKENDS.values()))
-    unknown = sorted(set(options) - known)
-    if unknown:
-        raise GraphError(f"compile: unknown option(s) {unknown}; valid options: "
-                         f"backend, opt_level, memory_limit, optimize, passes, disable, cache, "
-                         f"debug, threads, {', '.join(sorted(known))}")
+_NAMED_OPTIONS = ("backend", "opt_level", "memory_limit", "optimize", "passes", "disable",
+                  "cache", "debug", "threads")
+
+
+def _check_options(options: dict, backend_name: str, pass_list, disable) -> None:
+    """Compile options the chosen backend and the passes do not read, and unknown pass names,
+    are errors that list the valid ones (an option another backend reads says which)."""
+    valid = set(PASS_OPTIONS) | BACKENDS[backend_name].compile_options
+    wrong = sorted(set(options) - valid)
+    if wrong:
+        readers = {k: sorted(name for name, b in BACKENDS.items() if k in b.compile_options)
+                   for k in wrong}
+        said = "; ".join(f"{k!r} is read by backend {', '.join(map(repr, r))} only" if r
+                         else f"{k!r} is read by no backend or pass"
+                         for k, r in readers.items())
+        head = "unknown option(s)" if not any(readers.values()) else "option(s)"
+        raise GraphError(f"compile: {head} {wrong} for backend {backend_name!r} ({said}); "
+                         f"valid options: {', '.join(_NAMED_OPTIONS + tuple(sorted(valid)))}")
     check_pass_names([p for p in pass_list if isinstance(p, str)], "passes")
     given = {getattr(p, "pass_name", getattr(p, "__name__", None)) for p in pass_list}
     check_pass_names(set(disable) - given, "disable")
@@ -146,7 +156,7 @@ def compile(graph, backend: str = "auto", opt_level: int = 2, memory_limit=None,
     if isinstance(disable, str):
         disable = {disable}
     pass_list = list(passes) if passes is not None else pipeline_for(opt_level)
-    _check_options(options, pass_list, disable)
+    _check_options(options, backend_name, pass_list, disable)
     if check_threads(threads, "compile(threads=)") is not None:
         options["threads"] = threads
     key = (ir.structural_hash(G), backend_name, opt_level, memory_limit, _option_key(optimize),
@@ -163,11 +173,15 @@ def compile(graph, backend: str = "auto", opt_level: int = 2, memory_limit=None,
     ctx = PassContext(opt_level=opt_level, memory_limit=memory_limit, optimize=optimize,
                       backend=backend_name, options=dict(options), debug=bool(debug))
     source = ir.copy_graph(G)
-    optimized, records = PassManager(pass_list, disable=disable, debug=debug).run(G, ctx)
+    backend_obj = get_backend(backend_name)
+    unsupported = {name: f"backend {backend_name!r} {why}"
+                   for name, why in backend_obj.unsupported_passes.items()}
+    optimized, records = PassManager(pass_list, disable=disable, debug=debug,
+                                     unsupported=unsupported).run(G, ctx)
     report = OptimizationReport.build(name=G.graph.get("name", "graph"), backend=backend_name,
                                       opt_level=opt_level, records=records,
                                       source_graph=source, graph=optimized)
-    plan = get_backend(backend_name).build_plan(optimized, source, ctx, report)
+    plan = backend_obj.build_plan(optimized, source, ctx, report)
     report.attach_plan(plan)
     report.compile_seconds = time.perf_counter() - t0
     if cacheable:

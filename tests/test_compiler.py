@@ -177,7 +177,7 @@ def test_compile_option_errors():
 def test_misspelled_options_and_pass_names_are_errors_that_list_the_valid_ones(monkeypatch):
     g = mlp()
     with pytest.raises(go.GraphError, match=r"unknown option\(s\) \['fats_math'\].*fast_math"):
-        go.compile(g, fats_math=False)
+        go.compile(g, backend="numba", fats_math=False)
     with pytest.raises(go.GraphError,
                        match=r"disable: unknown pass name\(s\) \[.fusoin.\].*fusion"):
         go.compile(g, disable={"fusoin"})
@@ -187,10 +187,22 @@ def test_misspelled_options_and_pass_names_are_errors_that_list_the_valid_ones(m
     with pytest.raises(go.GraphError, match="GRAPHOPT_DISABLE: unknown pass"):
         go.compile(g, backend="numpy", cache=False)
     monkeypatch.delenv("GRAPHOPT_DISABLE")
-    # every option some backend or pass reads is accepted on every backend
-    plan = go.compile(g, backend="numpy", fast_math=False, fold_limit_bytes=1 << 10,
-                      disable={"fusion"}, cache=False)
-    assert plan is not None
+    plan = go.compile(g, backend="numpy", fold_limit_bytes=1 << 10, disable={"fusion"},
+                      cache=False)
+    assert plan.options["fold_limit_bytes"] == 1 << 10
+
+
+@pytest.mark.parametrize("backend, option, readers", [
+    ("numpy", "fast_math", "'dask', 'numba'"), ("numba", "cuda_graph", "'cupy'"),
+    ("numpy", "block_kernel", "'dask'")])
+def test_an_option_the_chosen_backend_does_not_read_is_an_error_naming_who_reads_it(
+        backend, option, readers):
+    with pytest.raises(go.GraphError) as e:
+        go.compile(mlp(), backend=backend, cache=False, **{option: True})
+    msg = str(e.value)
+    assert f"option(s) ['{option}'] for backend '{backend}'" in msg
+    assert f"'{option}' is read by backend {readers} only" in msg
+    assert "valid options: backend, opt_level" in msg and "fold_limit_bytes" in msg
 
 
 def test_custom_passes_appear_in_the_report():

@@ -7,6 +7,7 @@ and supplies the profiler's clock. ``available()`` is cheap and imports nothing 
 from __future__ import annotations
 
 import time
+from types import MappingProxyType
 
 import networkx as nx
 import numpy as np
@@ -21,8 +22,14 @@ class Backend:
     name = "base"
     install_hint = ""
     # Names of the ``compile(..., **options)`` this backend reads (``compile`` rejects a name
-    # no backend and no pass reads, so a misspelling is an error, not a silent default).
+    # neither this backend nor a pass reads: a misspelling, or an option of another backend,
+    # is an error, not a silently ignored setting).
     compile_options: frozenset = frozenset()
+    # Passes whose output this backend cannot run, each with the reason: the pass manager
+    # skips them on this backend and the report says why. Only a backend that runs tiled
+    # nodes block by block takes the ``tiling`` pass.
+    unsupported_passes = MappingProxyType(
+        {"tiling": "runs a tiled region whole, not block by block"})
     oom_errors: tuple = (MemoryError,)
     # Computes on the caller's host arrays as they are (``asarray`` is the identity): a plan
     # may then bind exactly-typed NumPy inputs without converting them.

@@ -21,6 +21,7 @@ from __future__ import annotations
 import importlib.util
 import math
 import time
+from types import MappingProxyType
 
 import numpy as np
 
@@ -48,6 +49,7 @@ MEASURE_MIN_ELEMENTS = 1 << 18   # groups at least this large are timed both way
 class NumbaBackend(Backend):
     name = "numba"
     compile_options = frozenset({"fast_math", "kernel_forms"})
+    unsupported_passes = MappingProxyType({})   # it runs tiled regions block by block
     install_hint = "pip install numba  (or compile(..., backend='numpy'), the reference)"
 
     @classmethod

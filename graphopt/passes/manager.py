@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import networkx as nx
 
@@ -139,13 +139,17 @@ class PassManager:
         dump_dir: write the IR after each pass as JSON (adds ``DumpIR``; default
             ``GRAPHOPT_DUMP``).
         instruments: more ``PassInstrument``s, called after every pass in this order.
+        unsupported: pass name -> why the backend cannot run its output (the backend's
+            ``unsupported_passes``): the pass is not run and its record says why.
     """
 
     def __init__(self, passes: Iterable, *, disable: Iterable[str] = (), verify: bool = True,
                  debug: bool | None = None, dump_dir: str | None = None,
-                 instruments: Sequence[PassInstrument] = ()):
+                 instruments: Sequence[PassInstrument] = (),
+                 unsupported: Mapping[str, str] | None = None):
         self.passes = [(p if isinstance(p, str) else _pass_name(p), p) for p in passes]
         self.disable = set(disable) | env_disabled()
+        self.unsupported = dict(unsupported or {})
         self.verify = verify
         self.debug = bool(int(os.environ.get("GRAPHOPT_DEBUG", "0") or 0)) if debug is None \
             else debug
@@ -161,6 +165,11 @@ class PassManager:
         known_hash = None      # the hash of G when the previous pass computed it already
         for i, (name, p) in enumerate(self.passes):
             if name in self.disable:
+                continue
+            if name in self.unsupported:
+                records.append(PassRecord(name=name, nodes_before=G.number_of_nodes(),
+                                          nodes_after=G.number_of_nodes(), changed=False,
+                                          details={"skipped": self.unsupported[name]}))
                 continue
             fn = get_pass(p) if isinstance(p, str) else p
             frozen = _Snapshot(G, known_hash)

@@ -17,9 +17,10 @@ attrs ``tile_dims`` (t: how many leading dims) and ``tile`` (the block extent of
 t-1; dims before it are taken one index at a time), chosen so a block's intermediates take
 about ``TILE_BYTES``. Its sub-graph holds the members (nested fused nodes stay fused).
 
-Only the numba backend runs tiled nodes block by block (``backends.numba_cpu``); other
-backends would interpret them whole, so the pass leaves their graphs alone. Details:
-``regions`` (member ops, tile dims, tile, blocks, intermediate bytes) and ``rejected``.
+Only a backend that runs tiled nodes block by block (the numba backend) runs this pass;
+the others declare it in ``Backend.unsupported_passes`` and the pass manager skips it for
+them. Details: ``regions`` (member ops, tile dims, tile, blocks, intermediate bytes) and
+``rejected``.
 """
 
 from __future__ import annotations
@@ -36,7 +37,6 @@ from .manager import PassResult, register_pass
 
 TILE_MIN_BYTES = 8 << 20   # intermediates a region must hold to be worth tiling
 TILE_BYTES = 4 << 20       # intermediates per block: about the L2 + L3 share of a core
-BACKENDS = ("numba",)
 
 
 def _nbytes(d) -> int:
@@ -133,9 +133,6 @@ def _shared(lead, shape) -> int:
 @register_pass("tiling")
 def tiling(G: nx.MultiDiGraph, ctx) -> PassResult:
     """Run chains of batched contractions and the kernels between them per batch block."""
-    if ctx.backend not in BACKENDS:
-        return PassResult(G, {"regions": [], "rejected": [],
-                              "skipped": f"backend {ctx.backend!r} runs graphs whole"})
     order = ir.topo_order(G)
     outputs = set(G.graph["outputs"])
     assigned: set[int] = set()

@@ -47,12 +47,28 @@ def test_attention_is_one_region_tiled_over_batch_and_heads(small_tiles):
     assert H.nodes[f]["attrs"]["srcs"]    # the members' user source lines
 
 
-def test_small_intermediates_and_other_backends_are_left_whole():
+def test_small_intermediates_are_left_whole():
     _, details = tile(attention())
     assert details["regions"] == []
     assert "fit in cache whole" in details["rejected"][0]["reason"]
-    _, details = tile(attention(), backend="numpy")
-    assert details["regions"] == [] and "runs graphs whole" in details["skipped"]
+
+
+def _tiled_nodes(plan):
+    return [n for n, d in plan.graph.nodes(data=True)
+            if d["op"] == "fused" and d["attrs"]["pattern"] == "tiled"]
+
+
+@pytest.mark.parametrize("backend", ["numpy", "dask"])
+def test_backends_that_run_regions_whole_skip_the_pass_and_say_so(backend, small_tiles):
+    if backend == "dask":
+        pytest.importorskip("dask.array")
+    numba_plan = go.compile(attention(), backend="numba", cache=False)
+    assert _tiled_nodes(numba_plan) and numba_plan.report["tiling"].details["regions"]
+    plan = go.compile(attention(), backend=backend, cache=False)
+    rec = plan.report["tiling"]
+    assert rec.details == {"skipped": f"backend {backend!r} runs a tiled region whole, "
+                                      "not block by block"}
+    assert rec.changed is False and not _tiled_nodes(plan)
 
 
 def test_operands_not_indexed_by_the_batch_dims_stop_the_region(small_tiles):
