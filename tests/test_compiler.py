@@ -11,9 +11,7 @@ from hypothesis import strategies as st
 
 import graphopt as go
 from graphopt import compiler
-from graphopt.interpreter import run_graph
-from graphopt.testing import graphs, inputs_for
-from graphopt.testing.semantics import compare_outputs, graph_tolerance
+from graphopt.testing import assert_plan_matches_interpreter, graphs, inputs_for
 
 LEVELS = (0, 1, 2, 3)
 
@@ -33,19 +31,9 @@ def mlp_inputs(rng, n=4):
 
 @given(graphs(), st.data(), st.sampled_from(LEVELS))
 def test_every_opt_level_matches_the_interpreter(g, data, level):
-    G = g.to_ir()
-    inputs = data.draw(inputs_for(G))
-    arrays = [inputs[G.nodes[i]["name"]] for i in G.graph["inputs"]]
-    expected = run_graph(G, arrays)
+    inputs = data.draw(inputs_for(g))
     plan = go.compile(g, backend="numpy", opt_level=level)
-    got = plan(**inputs)
-    struct = G.graph["output_structure"]["kind"]
-    got = ([got] if struct == "tensor" else list(got.values()) if struct == "dict"
-           else list(got))
-    rtol, atol = graph_tolerance(G, plan.graph)
-    for k, (e, a) in enumerate(zip(expected, got)):
-        diff = compare_outputs(e, a, rtol, atol)
-        assert diff is None, f"opt_level={level} output {k}: {diff}"
+    assert_plan_matches_interpreter(g, plan, inputs)
 
 
 @pytest.mark.parametrize("level", LEVELS)

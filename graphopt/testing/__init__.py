@@ -5,15 +5,19 @@
 ``check_same_semantics(G, H, name)`` compares two IRs on random inputs;
 ``check_against_oracle(G, outputs, inputs)`` holds outputs to a float64/complex128 NumPy
 oracle with propagated error bounds (``oracle.py``), and ``random_case(seed)`` makes the
-random graphs the differential fuzzer feeds it (``fuzz.py``).
+random graphs the differential fuzzer feeds it (``fuzz.py``);
+``assert_plan_matches_interpreter(graph, plan, inputs)`` is the one "compile and compare
+with the interpreter" check (``plans.py``).
 """
 
 from .fuzz import random_case
 from .oracle import check_against_oracle, oracle
+from .plans import assert_plan_matches_interpreter, output_leaves, plan_tolerance
 from .semantics import (assert_pass_preserves_semantics, check_pass_once, check_same_semantics,
                         graph_text, tolerance)
 from .strategies import einsum_equations, graphs, inputs_for
 
 __all__ = ["graphs", "einsum_equations", "inputs_for", "assert_pass_preserves_semantics",
            "check_same_semantics", "check_pass_once", "graph_text", "tolerance",
-           "check_against_oracle", "oracle", "random_case"]
+           "check_against_oracle", "oracle", "random_case", "assert_plan_matches_interpreter",
+           "output_leaves", "plan_tolerance"]

@@ -12,9 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import graphopt as go
-from graphopt.interpreter import interpret
-from graphopt.testing import graphs, inputs_for
-from graphopt.testing.semantics import graph_tolerance, compare_outputs
+from graphopt.testing import assert_plan_matches_interpreter, graphs, inputs_for
 
 pytestmark = pytest.mark.dist
 distributed = pytest.importorskip("distributed")
@@ -36,23 +34,6 @@ def client():
         cluster.close()
 
 
-def as_list(v):
-    if isinstance(v, dict):
-        return list(v.values())
-    return list(v) if isinstance(v, (tuple, list)) else [v]
-
-
-def assert_matches_interpreter(g, plan, inputs):
-    G = g.to_ir()
-    rtol, atol = graph_tolerance(G, plan.graph)
-    expected, got = as_list(interpret(G, **inputs)), as_list(plan(**inputs))
-    assert len(expected) == len(got)
-    for e, a in zip(expected, got):
-        assert isinstance(a, np.ndarray)
-        problem = compare_outputs(e, a, rtol, atol)
-        assert problem is None, problem
-
-
 # -------------------------------------------------------------------- property graphs
 
 
@@ -62,7 +43,7 @@ def test_random_graphs_match_the_interpreter_on_small_chunks(client, g, data):
     inputs = data.draw(inputs_for(g), label="inputs")
     plan = go.compile(g, backend="dask", chunks=2, client=client, block_kernel="numpy",
                       progress=False, cache=False)
-    assert_matches_interpreter(g, plan, inputs)
+    assert_plan_matches_interpreter(g, plan, inputs)
 
 
 # --------------------------------------------------------------------- fused kernels
@@ -94,7 +75,7 @@ def test_fused_groups_run_generated_numba_kernels_in_the_workers(client):
     impls = {s.kernel.impl for s in plan.steps}
     assert {"dask-blockwise-contraction", "dask-blockwise-elementwise",
             "dask-blockwise-reduction"} <= impls
-    assert_matches_interpreter(g, plan, mlp_inputs())
+    assert_plan_matches_interpreter(g, plan, mlp_inputs())
 
     def kernels_built():
         from graphopt.backends import numba_codegen
@@ -112,7 +93,7 @@ def test_lazy_returns_dask_collections_and_default_client_is_used(client):
     assert set(lazy) == {"y", "rowmax", "mean"}
     assert all(isinstance(v, da.Array) for v in lazy.values())
     assert lazy["y"].chunks[0] == (64,) * 4
-    assert_matches_interpreter(g, plan, mlp_inputs())
+    assert_plan_matches_interpreter(g, plan, mlp_inputs())
     # a dask array input is rechunked where ``chunks`` names it, else keeps its chunks
     xs = da.from_array(mlp_inputs()["x"], chunks=(32, 96))
     assert plan.lazy(**{**mlp_inputs(), "x": xs})["y"].chunks[0] == (64,) * 4

@@ -1,49 +1,17 @@
 """Every host backend in the registry, on graphopt.testing's random graphs, equals the
 interpreter at every opt_level (a new backend is picked up without anyone listing it)."""
 
-import warnings
 
-import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import graphopt as go
 from graphopt.backends import BACKENDS
-from graphopt.interpreter import interpret
-from graphopt.testing import graphs, inputs_for
-from graphopt.testing.semantics import graph_tolerance, compare_outputs
+from graphopt.testing import assert_plan_matches_interpreter, graphs, inputs_for
 
 # cupy needs a GPU and dask a cluster: their own suites run them (marked gpu / dist).
 HOST = sorted(name for name in BACKENDS if name not in ("cupy", "dask"))
-
-
-def as_list(v):
-    if isinstance(v, dict):
-        return list(v.values())
-    return list(v) if isinstance(v, (tuple, list)) else [v]
-
-
-def assert_plan_matches_interpreter(g, plan, inputs):
-    before = {k: np.array(v, copy=True) for k, v in inputs.items()}
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        expected = as_list(interpret(g.to_ir(), **inputs))
-        got = as_list(plan(**inputs))
-        again = as_list(plan(**inputs))
-    rtol, atol = graph_tolerance(g.to_ir(), plan.graph)
-    if plan.backend.name == "numba" and plan.options.get("fast_math", True):
-        rtol, atol = max(rtol, 1e-5), max(atol, 1e-5)   # numba_math's bounds, with margin
-    assert len(expected) == len(got)
-    for e, a, b in zip(expected, got, again):
-        assert isinstance(a, np.ndarray)
-        problem = compare_outputs(e, a, rtol, atol)
-        assert problem is None, f"{problem}\n{plan.report}"
-        # a later call never overwrites what an earlier one returned
-        assert not np.shares_memory(a, b)
-        assert compare_outputs(a, b, 0, 0) is None or np.isnan(a).any()
-    for k, v in inputs.items():   # inputs are never written to
-        assert np.array_equal(before[k], v, equal_nan=True), k
 
 
 @pytest.mark.parametrize("backend", HOST)

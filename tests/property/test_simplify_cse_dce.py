@@ -23,8 +23,8 @@ from graphopt.passes import PassContext
 from graphopt.passes.cse import cse, node_key
 from graphopt.passes.dce import dce
 from graphopt.passes.simplify import simplify
-from graphopt.testing import (assert_pass_preserves_semantics, graph_text, graphs, inputs_for,
-                              tolerance)
+from graphopt.testing import (assert_pass_preserves_semantics, assert_plan_matches_interpreter,
+                              graph_text, graphs, inputs_for)
 
 PASSES = {"simplify": simplify, "cse": cse, "dce": dce}
 
@@ -143,16 +143,7 @@ def test_compile_opt_level_1_matches_interpreter(g, data):
     inputs = data.draw(inputs_for(g))
     plan = go.compile(g, backend="numpy", opt_level=1, cache=False)
     assert [r.name for r in plan.report.records] == ["simplify", "cse", "dce"]
-    G = g.to_ir()
-    expected = run_graph(G, [inputs[G.nodes[i]["name"]] for i in G.graph["inputs"]])
-    got = plan(**inputs)
-    got = list(got.values()) if isinstance(got, dict) else \
-        list(got) if isinstance(got, (tuple, list)) else [got]
-    rtol = max(tolerance(d["dtype"])[0] for _, d in G.nodes(data=True))
-    for e, a in zip(expected, got):
-        assert e.dtype == a.dtype and e.shape == a.shape
-        np.testing.assert_allclose(a, e, rtol=rtol, atol=rtol * max(1.0, float(
-            np.max(np.abs(e[np.isfinite(e)]), initial=0.0))), equal_nan=True)
+    assert_plan_matches_interpreter(g, plan, inputs)
 
 
 def _with_specials(arr: np.ndarray, picks: list[int]) -> np.ndarray:
