@@ -10,90 +10,21 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import sys
 import time
-from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 
-from . import GraphError, compile, einsum, gelu, load, softmax
-from .graph import Graph
+from . import GraphError, compile, load, workloads
 
 
-@dataclass
-class Workload:
-    name: str
-    graph: Graph
-    inputs: dict
-    reference: Callable[..., np.ndarray]  # NumPy, in float64/complex128
-    rtol: float
-
-
-def mlp_workload(rng) -> Workload:
-    """``gelu(x @ W1 + b1) @ W2 + b2`` in float32."""
-    n, d, h, o = 64, 256, 512, 128
-    g = Graph("mlp")
-    x = g.input("x", (n, d), "float32")
-    w1, b1 = g.input("w1", (d, h), "float32"), g.input("b1", (h,), "float32")
-    w2, b2 = g.input("w2", (h, o), "float32"), g.input("b2", (o,), "float32")
-    g.output(gelu(x @ w1 + b1) @ w2 + b2)
-    inputs = {"x": rng.standard_normal((n, d)), "w1": rng.standard_normal((d, h)) / d ** 0.5,
-              "b1": rng.standard_normal(h) * 0.1, "w2": rng.standard_normal((h, o)) / h ** 0.5,
-              "b2": rng.standard_normal(o) * 0.1}
-    inputs = {k: v.astype("float32") for k, v in inputs.items()}
-
-    def reference(x, w1, b1, w2, b2):
-        z = x.astype(float) @ w1 + b1
-        a = 0.5 * z * (1 + np.tanh(math.sqrt(2 / math.pi) * (z + 0.044715 * z ** 3)))
-        return a @ w2 + b2
-    return Workload("mlp", g, inputs, reference, 1e-4)
-
-
-def attention_workload(rng) -> Workload:
-    """``softmax(q k^T / sqrt(d)) v`` over (batch, heads), in float32."""
-    b, nh, t, d = 2, 4, 64, 32
-    g = Graph("attention")
-    q, k, v = (g.input(n, (b, nh, t, d), "float32") for n in "qkv")
-    scores = einsum("bhqd,bhkd->bhqk", q, k) / math.sqrt(d)
-    g.output(einsum("bhqk,bhkd->bhqd", softmax(scores, axis=-1), v))
-    inputs = {n: rng.standard_normal((b, nh, t, d)).astype("float32") for n in "qkv"}
-
-    def reference(q, k, v):
-        s = np.einsum("bhqd,bhkd->bhqk", q.astype(float), k) / math.sqrt(d)
-        e = np.exp(s - s.max(-1, keepdims=True))
-        return np.einsum("bhqk,bhkd->bhqd", e / e.sum(-1, keepdims=True), v)
-    return Workload("attention", g, inputs, reference, 1e-4)
-
-
-def tensor_network_workload(rng, sites: int = 20, bond: int = 8, phys: int = 2) -> Workload:
-    """The norm <psi|psi> of a periodic matrix-product state: one einsum over 2 * sites
-    complex tensors and 3 * sites (= 60 > 52, so Unicode) index labels."""
-    from opt_einsum import get_symbol
-
-    g = Graph("mps_ring")
-    tensors = [g.input(f"a{i}", (bond, phys, bond), "complex128") for i in range(sites)]
-    bra = [t.conj() for t in tensors]
-    ket_bond = [get_symbol(i) for i in range(sites)]
-    bra_bond = [get_symbol(sites + i) for i in range(sites)]
-    spin = [get_symbol(2 * sites + i) for i in range(sites)]
-    terms = [ket_bond[i] + spin[i] + ket_bond[(i + 1) % sites] for i in range(sites)]
-    terms += [bra_bond[i] + spin[i] + bra_bond[(i + 1) % sites] for i in range(sites)]
-    g.output(einsum(",".join(terms) + "->", *tensors, *bra).real)
-    scale = 1 / math.sqrt(bond * phys)
-    inputs = {f"a{i}": (rng.standard_normal((bond, phys, bond)) +
-                        1j * rng.standard_normal((bond, phys, bond))) * scale
-              for i in range(sites)}
-
-    def reference(**arrays):
-        m = np.eye(bond * bond, dtype=complex)
-        for i in range(sites):
-            a = arrays[f"a{i}"]
-            m = m @ np.einsum("asb,csd->acbd", a, a.conj()).reshape(bond * bond, bond * bond)
-        return np.trace(m).real
-    return Workload("tensor_network", g, inputs, reference, 1e-9)
+# The demo's workloads (``graphopt.workloads``, the graphs the tests and benchmarks use) at
+# sizes that compile and run in about a second: an MLP layer, attention, and an MPS ring of
+# 20 sites (60 index labels > 52, so Unicode ones).
+DEMO_WORKLOADS = [(workloads.mlp, {"batch": 64, "d_in": 256, "d_hidden": 512}),
+                  (workloads.attention, {"batch": 2, "heads": 4, "seq": 64, "dim": 32}),
+                  (workloads.mps_ring, {"sites": 20, "bond": 8})]
 
 
 def _max_error(got, expected) -> float:
@@ -129,13 +60,12 @@ def _merge_traces(docs: list[tuple[str, dict | list]], path: str) -> None:
 
 
 def cmd_demo(args) -> int:
-    rng = np.random.default_rng(args.seed)
-    workloads = [mlp_workload(rng), attention_workload(rng), tensor_network_workload(rng)]
     traces, failed = [], []
-    for w in workloads:
+    for build, sizes in DEMO_WORKLOADS:
+        w = build(**sizes, seed=args.seed)
         print(f"\n=== {w.name} " + "=" * (60 - len(w.name)))
         t0 = time.perf_counter()
-        plan = compile(w.graph, backend=args.backend, opt_level=args.opt_level)
+        plan = compile(w.build(), backend=args.backend, opt_level=args.opt_level)
         t1 = time.perf_counter()
         got = plan(**w.inputs)
         t2 = time.perf_counter()
@@ -206,7 +136,8 @@ def _parser() -> argparse.ArgumentParser:
     d.add_argument("--trace", default="graphopt-demo-trace.json",
                    help="Chrome trace output path ('' for none)")
     d.add_argument("--repeat", type=_positive_int, default=5, help="profiled runs per workload")
-    d.add_argument("--seed", type=int, default=0)
+    d.add_argument("--seed", type=int, default=None,
+                   help="seed of the random inputs (default: each workload's own)")
     d.set_defaults(fn=cmd_demo)
     r = sub.add_parser("report", parents=[common], help="compile a graph saved with go.save "
                        "and print its optimization report")

@@ -30,24 +30,34 @@ def test_demo_checks_against_numpy_and_prints_reports(tmp_path, capsys):
 
 
 def test_demo_fails_loudly_on_a_wrong_result(monkeypatch, capsys):
-    real = cli.mlp_workload
+    (build, sizes), *rest = cli.DEMO_WORKLOADS
 
-    def broken(rng):
-        w = real(rng)
-        w.reference = lambda **kw: np.zeros((64, 128))
+    def broken(**kw):
+        w = build(**kw)
+        w.reference = lambda **inputs: np.zeros((64, 256))
         return w
 
-    monkeypatch.setattr(cli, "mlp_workload", broken)
+    monkeypatch.setattr(cli, "DEMO_WORKLOADS", [(broken, sizes), *rest])
     assert cli.main(["demo", "--backend", "numpy", "--trace", ""]) == 1
     captured = capsys.readouterr()
     assert "MISMATCH" in captured.out and "FAILED: mlp" in captured.err
 
 
-def test_workload_references_are_independent_of_graphopt():
-    rng = np.random.default_rng(3)
-    w = cli.tensor_network_workload(rng, sites=4, bond=3)
-    plan = go.compile(w.graph, backend="numpy", opt_level=0)
-    np.testing.assert_allclose(plan(**w.inputs), w.reference(**w.inputs), rtol=1e-10)
+def test_demo_seed_changes_the_inputs_only(monkeypatch, capsys):
+    seen = []
+    build, sizes = cli.DEMO_WORKLOADS[0]
+
+    def recording(**kw):
+        w = build(**kw)
+        seen.append(w.inputs["x"][0, 0])
+        return w
+
+    monkeypatch.setattr(cli, "DEMO_WORKLOADS", [(recording, sizes)])
+    for seed in ([], ["--seed", "5"], ["--seed", "5"]):
+        assert cli.main(["demo", "--backend", "numpy", "--trace", "", "--repeat", "1",
+                         *seed]) == 0
+    assert seen[0] != seen[1] == seen[2]
+    assert capsys.readouterr().out.count(" OK") == 3
 
 
 def test_report_command(tmp_path, capsys):

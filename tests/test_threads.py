@@ -1,35 +1,31 @@
 """The thread budget (graphopt/threads.py): where it comes from, who gets the threads per
 step, parallel tiled blocks with one BLAS thread each, and calls from several user threads."""
 
-import math
 import threading
 
 import numpy as np
 import pytest
 
 import graphopt as go
-from graphopt import threads
+from graphopt import threads, workloads
 
 
-def attention_graph(B=2, H=4, Q=128, D=64):
-    g = go.Graph("attention")
-    q, k, v = (g.input(n, (B, H, Q, D), "float32") for n in "qkv")
-    s = go.einsum("bhqd,bhkd->bhqk", q, k) / math.sqrt(D)
-    g.output(go.einsum("bhqk,bhkd->bhqd", go.softmax(s, axis=-1), v))
-    return g
+def attention(seed=None):
+    """The shared attention workload at (2, 4, 128, 64): big enough to tile and split."""
+    return workloads.attention(batch=2, heads=4, seq=128, dim=64, seed=seed)
 
 
-def attention_inputs(B=2, H=4, Q=128, D=64, seed=0):
-    r = np.random.default_rng(seed)
-    return {n: r.standard_normal((B, H, Q, D), dtype=np.float32) for n in "qkv"}
+def attention_graph():
+    return attention().build()
+
+
+def attention_inputs(seed=None):
+    return attention(seed).inputs
 
 
 def reference(g, inputs):
     """softmax(q kᵀ/√d) v in float64 NumPy."""
-    q, k, v = (inputs[n].astype(np.float64) for n in "qkv")
-    s = np.einsum("bhqd,bhkd->bhqk", q, k) / math.sqrt(q.shape[-1])
-    e = np.exp(s - s.max(-1, keepdims=True))
-    return np.einsum("bhqk,bhkd->bhqd", e / e.sum(-1, keepdims=True), v)
+    return attention().reference(**inputs)
 
 
 @pytest.fixture
