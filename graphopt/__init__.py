@@ -5,15 +5,55 @@ See DESIGN §2 for the public API; everything public is exported here."""
 from .compiler import compile
 from .errors import DTypeError, EinsumError, GraphError, InputError, ShapeError
 from .graph import Graph
-from .tensor import (Tensor, abs, add, astype, broadcast_to, conj, cos, div, einsum, equal, exp,
-                     gelu, greater, greater_equal, imag, less, less_equal, log, logsumexp,
-                     matmul, max, maximum, mean, min, minimum, mul, neg, not_equal, pow, real,
-                     reciprocal, relu, reshape, sigmoid, sin, softmax, sqrt, square, sub, sum,
-                     tanh, transpose, where)
 from .jit import contract, jit
 from .plan import Plan
 from .report import OptimizationReport
 from .serialize import load, save
+from .tensor import (
+    Tensor,
+    abs,
+    add,
+    astype,
+    broadcast_to,
+    conj,
+    cos,
+    div,
+    einsum,
+    equal,
+    exp,
+    gelu,
+    greater,
+    greater_equal,
+    imag,
+    less,
+    less_equal,
+    log,
+    logsumexp,
+    matmul,
+    max,
+    maximum,
+    mean,
+    min,
+    minimum,
+    mul,
+    neg,
+    not_equal,
+    pow,
+    real,
+    reciprocal,
+    relu,
+    reshape,
+    sigmoid,
+    sin,
+    softmax,
+    sqrt,
+    square,
+    sub,
+    sum,
+    tanh,
+    transpose,
+    where,
+)
 from .threads import thread_budget
 
 __version__ = "0.1.0"

@@ -18,7 +18,6 @@ import numpy as np
 
 from . import GraphError, compile, load, workloads
 
-
 # The demo's workloads (``graphopt.workloads``, the graphs the tests and benchmarks use) at
 # sizes that compile and run in about a second: an MLP layer, attention, and an MPS ring of
 # 20 sites (60 index labels > 52, so Unicode ones).
@@ -60,6 +59,7 @@ def _merge_traces(docs: list[tuple[str, dict | list]], path: str) -> None:
 
 
 def cmd_demo(args) -> int:
+    """``graphopt demo``: compile, check against NumPy, report and profile the demo workloads."""
     traces, failed = [], []
     for build, sizes in DEMO_WORKLOADS:
         w = build(**sizes, seed=args.seed)
@@ -98,6 +98,7 @@ def cmd_demo(args) -> int:
 
 
 def cmd_report(args) -> int:
+    """``graphopt report``: compile a saved graph and print its report."""
     g = load(args.graph)
     plan = compile(g, backend=args.backend, opt_level=args.opt_level)
     r = plan.report

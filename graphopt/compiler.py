@@ -20,9 +20,15 @@ from . import ir
 from .backends import BACKENDS, get_backend
 from .errors import GraphError
 from .graph import Graph
+from .passes.manager import (
+    PASS_OPTIONS,
+    PassContext,
+    PassManager,
+    check_pass_names,
+    env_disabled,
+    pipeline_for,
+)
 from .pool import env_number as _env_number
-from .passes.manager import (PASS_OPTIONS, PassContext, PassManager, check_pass_names,
-                             env_disabled, pipeline_for)
 from .report import OptimizationReport
 from .threads import check_threads
 

@@ -41,8 +41,10 @@ def node_bytes(G: nx.MultiDiGraph, n: int) -> int:
 
 
 def graph_flops(G: nx.MultiDiGraph) -> int:
+    """FLOPs of every node of ``G`` (``node_flops``), summed."""
     return sum(node_flops(G, n) for n in G.nodes)
 
 
 def itemsize(dtype: str) -> int:
+    """Bytes per element of ``dtype``."""
     return np.dtype(dtype).itemsize

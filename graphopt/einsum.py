@@ -85,12 +85,23 @@ def parse(equation: str, shapes: Sequence[Sequence[int]]) -> EinsumSpec:
     where = f"equation {equation!r} with operand shapes {shapes}"
     if eq.count("->") > 1:
         raise EinsumError(f"more than one '->' in {where}")
-    explicit = "->" in eq
-    lhs, rhs = eq.split("->") if explicit else (eq, None)
+    lhs, rhs = eq.split("->") if "->" in eq else (eq, None)
     terms = lhs.split(",")
     if len(terms) != len(shapes):
         raise EinsumError(f"{len(terms)} operand term(s) but {len(shapes)} operand(s) in {where}")
-    for t in terms + ([rhs] if rhs is not None else []):
+    _check_terms(terms + ([rhs] if rhs is not None else []), where)
+    expanded, ell = _expand_ellipses(terms, shapes, set(eq) - set(",.->"), where)
+    sizes = _sizes_of_labels(expanded, shapes, where)
+    out = _output_term(terms, rhs, expanded, ell, where)
+    broadcast = []
+    for t, s in zip(expanded, shapes):
+        full = tuple(sizes[c] for c in t)
+        broadcast.append(full if full != s else None)
+    return EinsumSpec(tuple(expanded), out, sizes, tuple(broadcast))
+
+
+def _check_terms(terms: list[str], where: str) -> None:
+    for t in terms:
         body = t.replace("...", "")
         if "." in body:
             raise EinsumError(f"stray '.' (only '...' is allowed) in {where}")
@@ -99,8 +110,10 @@ def parse(equation: str, shapes: Sequence[Sequence[int]]) -> EinsumSpec:
         for c in body:
             _check_label(c, where)
 
-    # Expand ellipses into fresh labels, right-aligned as NumPy broadcasting aligns them.
-    used = set(eq) - set(",.->")
+
+def _expand_ellipses(terms, shapes, used: set, where: str) -> tuple[list[str], list[str]]:
+    """Terms with each ``...`` replaced by fresh labels, right-aligned as NumPy broadcasting
+    aligns them; and the labels of the widest ellipsis."""
     ell_ranks = []
     for t, s in zip(terms, shapes):
         named = len(t.replace("...", ""))
@@ -116,10 +129,13 @@ def parse(equation: str, shapes: Sequence[Sequence[int]]) -> EinsumSpec:
             ell_ranks.append(0)
     n_ell = max(ell_ranks, default=0)
     ell = _fresh_labels(used, n_ell)
-    expanded = []
-    for t, k in zip(terms, ell_ranks):
-        expanded.append(t.replace("...", "".join(ell[n_ell - k:])) if "..." in t else t)
+    expanded = [t.replace("...", "".join(ell[n_ell - k:])) if "..." in t else t
+                for t, k in zip(terms, ell_ranks)]
+    return expanded, ell
 
+
+def _sizes_of_labels(expanded, shapes, where: str) -> dict[str, int]:
+    """Each label's size; a size-1 dim broadcasts against a larger one, as in NumPy."""
     sizes: dict[str, int] = {}
     for t, s in zip(expanded, shapes):
         for c, d in zip(t, s):
@@ -135,29 +151,26 @@ def parse(equation: str, shapes: Sequence[Sequence[int]]) -> EinsumSpec:
             if t.count(c) > 1 and d != sizes[c]:
                 raise EinsumError(f"repeated label {c!r} in term {t!r} has sizes that differ "
                                   f"(shape {s}) in {where}")
+    return sizes
 
+
+def _output_term(terms, rhs, expanded, ell, where: str) -> str:
     if rhs is None:
         counts: dict[str, int] = {}
         for t in terms:
             for c in t.replace("...", ""):
                 counts[c] = counts.get(c, 0) + 1
-        out = "".join(ell) + "".join(sorted(c for c, n in counts.items() if n == 1))
-    else:
-        # Without '...' in the output, ellipsis dims are summed over, as opt_einsum does
-        # (NumPy rejects such equations).
-        out = rhs.replace("...", "".join(ell))
-        all_labels = set("".join(expanded))
-        for c in out:
-            if c not in all_labels:
-                raise EinsumError(f"output label {c!r} does not appear in any input of {where}")
-        if len(set(out)) != len(out):
-            raise EinsumError(f"output {rhs!r} repeats a label in {where}")
-
-    broadcast = []
-    for t, s in zip(expanded, shapes):
-        full = tuple(sizes[c] for c in t)
-        broadcast.append(full if full != s else None)
-    return EinsumSpec(tuple(expanded), out, sizes, tuple(broadcast))
+        return "".join(ell) + "".join(sorted(c for c, n in counts.items() if n == 1))
+    # Without '...' in the output, ellipsis dims are summed over, as opt_einsum does
+    # (NumPy rejects such equations).
+    out = rhs.replace("...", "".join(ell))
+    all_labels = set("".join(expanded))
+    for c in out:
+        if c not in all_labels:
+            raise EinsumError(f"output label {c!r} does not appear in any input of {where}")
+    if len(set(out)) != len(out):
+        raise EinsumError(f"output {rhs!r} repeats a label in {where}")
+    return out
 
 
 def interleaved_to_equation(args: Sequence) -> tuple[str, list]:

@@ -81,6 +81,8 @@ def random_inputs(G, rng: np.random.Generator) -> list[np.ndarray]:
 
 
 def io_signature(G) -> tuple:
+    """Input names, shapes and dtypes, output shapes and dtypes, and output structure: what
+    a pass must keep."""
     ins = tuple((G.nodes[i].get("name"), tuple(G.nodes[i]["shape"]), G.nodes[i]["dtype"])
                 for i in G.graph["inputs"])
     outs = tuple((tuple(G.nodes[o]["shape"]), G.nodes[o]["dtype"]) for o in G.graph["outputs"])

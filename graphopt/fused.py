@@ -43,6 +43,7 @@ def is_pointwise(G: nx.MultiDiGraph, n: int) -> bool:
 
 
 def fusion_kind(G, n) -> str | None:
+    """How node ``n`` takes part in a group: ``pointwise``, ``reduction``, ``einsum`` or None."""
     op = G.nodes[n]["op"]
     kind = ops.OPS[op].kind
     if is_pointwise(G, n):
@@ -55,6 +56,7 @@ def fusion_kind(G, n) -> str | None:
 
 
 def is_scalar_const(G, n) -> bool:
+    """Node ``n`` is a one-element constant (inlined into a kernel as a literal)."""
     d = G.nodes[n]
     return d["op"] == "const" and math.prod(d["shape"]) == 1
 
@@ -80,6 +82,8 @@ def operand_index_map(G: nx.MultiDiGraph, n: int, k: int, node_map: tuple) -> tu
 
 
 def identity_map(shape) -> tuple:
+    """The index map of an operand of ``shape`` over a loop space of the same shape (size-1
+    dims broadcast: None)."""
     return tuple(None if s == 1 else i for i, s in enumerate(shape))
 
 
@@ -278,6 +282,8 @@ def _descendants_within(G, head, members) -> set:
 
 
 def check_recompute(G, members, root) -> str:
+    """Why a group would recompute an expensive member per broadcast element (empty: it
+    would not)."""
     maps, space, red = group_maps(G, members, root)
     kept = None
     if red is not None:

@@ -30,6 +30,7 @@ DERIVED_GRAPH_ATTRS = ("schedule", "memory_plan")
 
 
 def new_graph(name: str = "graph") -> nx.MultiDiGraph:
+    """An empty IR graph named ``name``."""
     G = nx.MultiDiGraph()
     G.graph.update(name=name, inputs=[], outputs=[], output_structure={"kind": "tensor"},
                    next_id=0)
@@ -123,11 +124,13 @@ def replace_uses(G: nx.MultiDiGraph, old: int, new: int) -> None:
 
 
 def nbytes(G: nx.MultiDiGraph, n: int) -> int:
+    """Bytes of node ``n``'s value."""
     d = G.nodes[n]
     return math.prod(d["shape"]) * np.dtype(d["dtype"]).itemsize
 
 
 def drop_derived(G: nx.MultiDiGraph) -> None:
+    """Remove graph attributes derived from the structure (schedule, memory plan)."""
     for k in DERIVED_GRAPH_ATTRS:
         G.graph.pop(k, None)
 
@@ -176,33 +179,43 @@ def verify(G: nx.MultiDiGraph, *, pass_name: str | None = None) -> None:
         cycle = nx.find_cycle(G)
         raise GraphError(f"IR has a cycle through nodes {[e[0] for e in cycle]}{where}")
     for n, d in G.nodes(data=True):
-        if not isinstance(n, int) or isinstance(n, bool):
-            raise GraphError(f"node id {n!r} is not an int{where}")
-        for k in NODE_KEYS:
-            if k not in d:
-                _fail(G, n, f"node is missing attribute {k!r}", pass_name)
-        if d["op"] not in ops.OPS:
-            _fail(G, n, f"unknown op {d['op']!r}", pass_name)
-        args = sorted(a for _, _, a in G.in_edges(n, data="arg"))
-        if args != list(range(len(args))):
-            _fail(G, n, f"operand args {args} are not 0..{len(args) - 1}", pass_name)
-        opdef = ops.OPS[d["op"]]
-        if d["op"] == "input":
-            if args:
-                _fail(G, n, "input node has operands", pass_name)
-            continue
-        if d["op"] == ops.FUSED:
-            _verify_group(G, n, pass_name)
-        try:
-            shape, dtype = ops.infer(d["op"], [G.nodes[u]["shape"] for u in operands(G, n)],
-                                     [G.nodes[u]["dtype"] for u in operands(G, n)], d["attrs"])
-        except GraphError as e:
-            _fail(G, n, e.detail, pass_name)
-        if opdef.arity is not None and len(args) != opdef.arity:
-            _fail(G, n, f"has {len(args)} operands, op takes {opdef.arity}", pass_name)
-        if tuple(d["shape"]) != shape or d["dtype"] != dtype:
-            _fail(G, n, f"recorded {tuple(d['shape'])} {d['dtype']} but the op's rule gives "
-                        f"{shape} {dtype}", pass_name)
+        _verify_node(G, n, d, pass_name, where)
+    _verify_inputs_and_outputs(G, pass_name, where)
+    _verify_schedule(G, where)
+
+
+def _verify_node(G, n, d: dict, pass_name: str | None, where: str) -> None:
+    """One node's schema, op, operand args, and shape and dtype against the op's rule."""
+    if not isinstance(n, int) or isinstance(n, bool):
+        raise GraphError(f"node id {n!r} is not an int{where}")
+    for k in NODE_KEYS:
+        if k not in d:
+            _fail(G, n, f"node is missing attribute {k!r}", pass_name)
+    if d["op"] not in ops.OPS:
+        _fail(G, n, f"unknown op {d['op']!r}", pass_name)
+    args = sorted(a for _, _, a in G.in_edges(n, data="arg"))
+    if args != list(range(len(args))):
+        _fail(G, n, f"operand args {args} are not 0..{len(args) - 1}", pass_name)
+    opdef = ops.OPS[d["op"]]
+    if d["op"] == "input":
+        if args:
+            _fail(G, n, "input node has operands", pass_name)
+        return
+    if d["op"] == ops.FUSED:
+        _verify_group(G, n, pass_name)
+    try:
+        shape, dtype = ops.infer(d["op"], [G.nodes[u]["shape"] for u in operands(G, n)],
+                                 [G.nodes[u]["dtype"] for u in operands(G, n)], d["attrs"])
+    except GraphError as e:
+        _fail(G, n, e.detail, pass_name)
+    if opdef.arity is not None and len(args) != opdef.arity:
+        _fail(G, n, f"has {len(args)} operands, op takes {opdef.arity}", pass_name)
+    if tuple(d["shape"]) != shape or d["dtype"] != dtype:
+        _fail(G, n, f"recorded {tuple(d['shape'])} {d['dtype']} but the op's rule gives "
+                    f"{shape} {dtype}", pass_name)
+
+
+def _verify_inputs_and_outputs(G, pass_name: str | None, where: str) -> None:
     ins = G.graph.get("inputs", [])
     for i in ins:
         if i not in G or G.nodes[i]["op"] != "input":
@@ -217,14 +230,18 @@ def verify(G: nx.MultiDiGraph, *, pass_name: str | None = None) -> None:
     for o in outs:
         if o not in G:
             raise GraphError(f"graph output {o!r} is not a node{where}")
+
+
+def _verify_schedule(G, where: str) -> None:
     sched = G.graph.get("schedule")
-    if sched is not None:
-        pos = {n: i for i, n in enumerate(sched)}
-        if set(pos) != set(G.nodes) or len(pos) != len(sched):
-            raise GraphError(f"schedule does not list every node exactly once{where}")
-        for u, v in G.edges():
-            if pos[u] >= pos[v]:
-                raise GraphError(f"schedule runs node {v} before its operand {u}{where}")
+    if sched is None:
+        return
+    pos = {n: i for i, n in enumerate(sched)}
+    if set(pos) != set(G.nodes) or len(pos) != len(sched):
+        raise GraphError(f"schedule does not list every node exactly once{where}")
+    for u, v in G.edges():
+        if pos[u] >= pos[v]:
+            raise GraphError(f"schedule runs node {v} before its operand {u}{where}")
 
 
 # -------------------------------------------------------------------------- structural hash

@@ -13,7 +13,6 @@ from .errors import GraphError
 from .graph import Graph
 from .tensor import Tensor, einsum, tracing
 
-
 # Plans one ``@go.jit`` function keeps (least recently used dropped first).
 JIT_CACHE_ENTRIES = 64
 

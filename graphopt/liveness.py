@@ -5,9 +5,9 @@ shared offsets) on top of these; lowering, the interpreter and dask run ``execut
 
 from __future__ import annotations
 
-import networkx as nx
-
 from dataclasses import dataclass, field
+
+import networkx as nx
 
 from . import ir
 
@@ -38,6 +38,7 @@ class MemoryPlan:
 
 
 def align(n: int) -> int:
+    """``n`` rounded up to the arena alignment."""
     return (n + ALIGN - 1) // ALIGN * ALIGN
 
 

@@ -17,6 +17,8 @@ from .plan import Plan
 
 
 def lower(G: nx.MultiDiGraph, source_graph: nx.MultiDiGraph, backend, ctx, report) -> Plan:
+    """IR -> ``Plan``: one step per computed node in execution order, each with its
+    backend kernel, slots and arena offset; outputs get fresh arrays per call."""
     order = execution_order(G)
     mem = G.graph.get("memory_plan") or naive_memory_plan(G, order)
     slot = {n: i for i, n in enumerate(order)}

@@ -59,6 +59,7 @@ OPS: dict[str, OpDef] = {}
 
 
 def register_op(op: OpDef) -> OpDef:
+    """Add ``op`` to the registry; a duplicate name raises."""
     if op.name in OPS:
         raise ValueError(f"op {op.name!r} is already registered")
     OPS[op.name] = op
@@ -66,6 +67,7 @@ def register_op(op: OpDef) -> OpDef:
 
 
 def get_op(name: str) -> OpDef:
+    """The registered op ``name``; ``GraphError`` listing the known ops otherwise."""
     try:
         return OPS[name]
     except KeyError:
@@ -98,10 +100,12 @@ def _hashable(v):
 
 
 def probe_dtype(op: str, dtypes, ndims, attrs) -> str:
+    """The result dtype of ``op`` on operands of ``dtypes``/``ndims``, as NumPy resolves it."""
     return _probe_dtype(op, tuple(dtypes), tuple(ndims), _hashable(attrs))
 
 
 def broadcast_shapes(*shapes) -> tuple[int, ...]:
+    """NumPy's broadcast of ``shapes``; ``ShapeError`` where they do not broadcast."""
     try:
         return tuple(np.broadcast_shapes(*shapes))
     except ValueError:

@@ -31,6 +31,7 @@ def env_number(name: str, default: float) -> float:
 
 @dataclass
 class PoolStats:
+    """What a ``TensorPool`` did: hits and misses, bytes held and cached, the high water."""
     hits: int = 0          # acquisitions served from the free list
     misses: int = 0        # acquisitions that allocated
     bytes_held: int = 0    # bytes of every live buffer the pool made (cached or checked out)

@@ -8,9 +8,8 @@ device events, so on either each event spans one step's own execution.
 
 from __future__ import annotations
 
-import numbers
-
 import json
+import numbers
 import statistics
 import threading
 import time

@@ -178,6 +178,7 @@ class OptimizationReport:
 
 
 def summarize_details(details: dict, width: int = 70) -> str:
+    """A pass's details as one line of at most ``width`` characters (collections by size)."""
     parts = []
     for k, v in details.items():
         if isinstance(v, (list, tuple, dict)):

@@ -52,6 +52,7 @@ def _encode_attr(v):
 
 
 def graph_to_dict(G: nx.MultiDiGraph) -> dict:
+    """The IR as a JSON-ready document (nodes in topological order)."""
     nodes = []
     for n in ir.topo_order(G):
         d = G.nodes[n]
@@ -69,6 +70,7 @@ def graph_to_dict(G: nx.MultiDiGraph) -> dict:
 
 
 def graph_to_json(G: nx.MultiDiGraph) -> str:
+    """The IR as JSON text (``graph_to_dict``)."""
     return json.dumps(graph_to_dict(G), indent=1, allow_nan=False)
 
 
@@ -215,6 +217,7 @@ def dict_to_graph(doc, depth: int = 0) -> nx.MultiDiGraph:
 
 
 def graph_from_json(text: str) -> nx.MultiDiGraph:
+    """The IR from JSON text, verified; ``GraphError`` for a malformed document."""
     try:
         doc = json.loads(text)
     except (TypeError, ValueError, RecursionError) as e:

@@ -34,7 +34,6 @@ from .einsum import split as split_equation
 from .errors import GraphError
 from .paths import default_path, label_sizes, play_path, step_flops
 
-
 # ------------------------------------------------------------------------------------ costs
 
 

@@ -438,4 +438,5 @@ class tracing:
 
 
 def is_tensor(x: Any) -> bool:
+    """``x`` is a graph ``Tensor``."""
     return isinstance(x, Tensor)

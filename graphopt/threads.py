@@ -309,6 +309,7 @@ def exit_call() -> None:
 
 
 def active_calls() -> int:
+    """Plan calls in flight in this process."""
     return _active_calls
 
 

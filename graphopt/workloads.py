@@ -43,6 +43,7 @@ def gelu_reference(z: np.ndarray) -> np.ndarray:
 
 
 def softmax_reference(s):
+    """Softmax over the last axis, stable (max subtracted), in NumPy."""
     e = np.exp(s - s.max(-1, keepdims=True))
     return e / e.sum(-1, keepdims=True)
 

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 import graphopt as go
-from graphopt.tensor import tracing
 from graphopt.interpreter import interpret
+from graphopt.tensor import tracing
 
 FILE = __file__
 

@@ -16,11 +16,10 @@ import json
 import pathlib
 import sys
 
-import pytest
-
 import networkx
 import numpy
 import opt_einsum
+import pytest
 
 import graphopt as go
 from benchmarks.workloads import ALL

@@ -20,10 +20,24 @@ sub-graph (a fused node's ``attrs["graph"]``, or one op wrapped as one) compiles
 from __future__ import annotations
 
 from .cuda_kernels.builder import compile_group
-from .cuda_kernels.expressions import (COMPUTE, CTYPES, HELPERS, Unsupported, cast, helpers_for,
-                                       literal, op_expr)
-from .cuda_kernels.program import (EinsumStage, ElementwiseStage, GroupProgram, Operand,
-                                   ReductionStage, render)
+from .cuda_kernels.expressions import (
+    COMPUTE,
+    CTYPES,
+    HELPERS,
+    Unsupported,
+    cast,
+    helpers_for,
+    literal,
+    op_expr,
+)
+from .cuda_kernels.program import (
+    EinsumStage,
+    ElementwiseStage,
+    GroupProgram,
+    Operand,
+    ReductionStage,
+    render,
+)
 
 __all__ = ["COMPUTE", "CTYPES", "HELPERS", "EinsumStage", "ElementwiseStage", "GroupProgram",
            "Operand", "ReductionStage", "Unsupported", "cast", "compile_group", "helpers_for",

@@ -29,8 +29,12 @@ from ..fused import node_subgraph
 from ..kernel import Kernel
 from . import cuda_codegen as cg
 from .base import Backend, register_backend
-from .cuda_kernels.contractions import (contraction_candidates, contraction_fn,
-                                        contraction_source, time_candidate)
+from .cuda_kernels.contractions import (
+    contraction_candidates,
+    contraction_fn,
+    contraction_source,
+    time_candidate,
+)
 from .cuda_kernels.graphs import CudaGraphPlan, EventStepClock
 from .cuda_kernels.runtime import eager_fn, operand_getter, program_fn
 
@@ -52,8 +56,8 @@ def cutensor_available() -> bool:
     """Whether cupy can load cuTENSOR here (reported by the benchmark; no path uses it yet:
     the GPU this backend was measured on has no cuTENSOR, so a cuTENSOR path never ran)."""
     try:
-        from cupy_backends.cuda.libs import cutensor  # noqa: F401
         import cupyx.cutensor  # noqa: F401
+        from cupy_backends.cuda.libs import cutensor  # noqa: F401
     except Exception:  # the cuTENSOR library is an optional cupy extra
         return False
     return True
@@ -66,6 +70,7 @@ NVRTC_OPTIONS = ("--fmad=false",)
 
 @register_backend
 class CupyBackend(Backend):
+    """The GPU backend: fused groups as generated cupy kernels, contractions through cuBLAS."""
     name = "cupy"
     compile_options = frozenset({"cuda_graph", "to_host"})
     install_hint = ("needs an NVIDIA GPU and cupy: pip install cupy-cuda12x (CUDA 12) or "

@@ -34,8 +34,8 @@ import numpy as np
 
 from .. import cost, ir
 from ..errors import VALUE_ERRORS, GraphError
-from ..liveness import execution_order, naive_memory_plan
 from ..kernel import Kernel, Step
+from ..liveness import execution_order, naive_memory_plan
 from ..plan import StepsIntrospection
 from ..signature import bind_inputs, restructure
 from .base import Backend, register_backend
@@ -44,6 +44,7 @@ from .dask_graph.cluster import collection_graph, compute
 
 @register_backend
 class DaskBackend(Backend):
+    """The scale-out backend: a plan lowered to one dask graph over chunked arrays."""
     name = "dask"
     compile_options = frozenset({"fast_math", "block_kernel", "split_every", "numba_min_elements",
                                  "chunk_bytes", "chunks", "client", "progress"})
@@ -76,6 +77,7 @@ class DaskBackend(Backend):
 
 
 def lowering_options(options: dict):
+    """The dask lowering's ``Options`` from ``compile(..., **options)``, validated."""
     from .dask_graph.lowering import Options
 
     kernel = options.get("block_kernel", "auto")

@@ -47,6 +47,8 @@ def warn_once(key: str, message: str) -> None:
 
 
 def configured_dir() -> str:
+    """The kernel cache directory asked for: ``$GRAPHOPT_CACHE_DIR``, else the user's cache
+    home (``$XDG_CACHE_HOME`` or ``~/.cache``) ``/graphopt``."""
     return os.environ.get("GRAPHOPT_CACHE_DIR") or os.path.join(
         os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"),
         "graphopt")
@@ -97,6 +99,7 @@ def cache_dir() -> str:
 
 
 def source_digest(source: str) -> str:
+    """The cache key of a kernel's source text."""
     return hashlib.sha256(source.encode()).hexdigest()[:24]
 
 
@@ -179,6 +182,7 @@ def read_json(name: str, valid) -> object | None:
 
 
 def write_json(name: str, doc) -> None:
+    """Write ``doc`` as JSON to ``name`` in the cache directory, atomically."""
     write_atomic(os.path.join(cache_dir(), name), json.dumps(doc))
 
 

@@ -13,7 +13,6 @@ from dataclasses import dataclass
 from .. import einsum as einsum_mod
 
 
-
 @dataclass(frozen=True)
 class GemmPlan:
     """A pairwise einsum as ``C[b, m, n] = sum_k A[b, m, k] B[b, k, n]``: labels only in one

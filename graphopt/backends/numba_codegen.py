@@ -15,15 +15,15 @@ from collections import OrderedDict
 import networkx as nx
 
 from .. import ir
-from ..fused import classify, is_pointwise
-from ..fused import node_subgraph
+from ..fused import classify, is_pointwise, node_subgraph
 from .disk_cache import cache_dir  # noqa: F401  (where kernels live: reported, tested)
 from .disk_cache import load_module as _load_module
-from .numba_kernels.blocked import _BlockedSource
-from .numba_kernels.blocked import run_blocks  # noqa: F401  (generated modules import it here)
+from .numba_kernels.blocked import (
+    _BlockedSource,
+    run_blocks,  # noqa: F401  (generated modules import it here)
+)
 from .numba_kernels.expressions import UnsupportedKernel, _fast_table
-from .numba_kernels.source import (GeneratedKernel, _members,
-                                   _Source)
+from .numba_kernels.source import GeneratedKernel, _members, _Source
 
 # ------------------------------------------------------------------------------ building
 

@@ -47,6 +47,8 @@ MEASURE_MIN_ELEMENTS = 1 << 18   # groups at least this large are timed both way
 
 @register_backend
 class NumbaBackend(Backend):
+    """The CPU backend: fused groups as generated numba kernels, GEMMs through BLAS, the
+    NumPy-blocked form where timing says so, tiled regions block by block."""
     name = "numba"
     compile_options = frozenset({"fast_math", "kernel_forms"})
     unsupported_passes = MappingProxyType({})   # it runs tiled regions block by block

@@ -14,6 +14,7 @@ from .base import Backend, register_backend
 
 @register_backend
 class NumpyBackend(Backend):
+    """The reference backend: every node through the interpreter's NumPy semantics."""
     name = "numpy"
     install_hint = "numpy is a core dependency"
 

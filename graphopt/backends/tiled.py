@@ -23,6 +23,7 @@ import numpy as np
 from .. import ir, threads
 from ..kernel import Kernel
 
+
 def parallel_blocks(nblocks: int, flops: float, nthreads: int) -> bool:
     """Blocks in parallel (one BLAS thread each) rather than in sequence (BLAS and the
     kernels threaded)? Independent blocks scale without synchronization inside a block, so

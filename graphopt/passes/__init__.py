@@ -1,13 +1,22 @@
 """Optimization passes, one per module; ``manager.py`` runs them (DESIGN §4)."""
 
 from .instruments import CheckSemantics, DumpIR, PassInstrument
-from .manager import (PASSES, PIPELINES, PassContext, PassManager, PassRecord, PassResult,
-                      get_pass, pipeline_for, register_pass, register_pipeline)
+from .manager import (
+    PASSES,
+    PIPELINES,
+    PassContext,
+    PassManager,
+    PassRecord,
+    PassResult,
+    get_pass,
+    pipeline_for,
+    register_pass,
+    register_pipeline,
+)
 
 __all__ = ["PASSES", "PIPELINES", "PassContext", "PassManager", "PassRecord", "PassResult",
            "PassInstrument", "CheckSemantics", "DumpIR", "get_pass", "pipeline_for",
            "register_pass", "register_pipeline"]
 
 # Built-in passes register themselves on import.
-from . import (contraction, cse, dce, fusion, memory, schedule, simplify,  # noqa: F401, E402
-               slicing, tiling)
+from . import contraction, cse, dce, fusion, memory, schedule, simplify, slicing, tiling  # noqa: F401, E402

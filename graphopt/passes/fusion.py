@@ -25,7 +25,7 @@ import networkx as nx
 
 from .. import ir
 from ..errors import GraphError
-from ..fused import check_recompute, is_scalar_const, fusion_kind, build_subgraph, classify
+from ..fused import build_subgraph, check_recompute, classify, fusion_kind, is_scalar_const
 from .manager import PassResult, register_pass
 
 # ---------------------------------------------------------------------------------- growing

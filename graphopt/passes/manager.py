@@ -89,6 +89,7 @@ def check_pass_names(names, what: str) -> None:
 
 
 def get_pass(name: str) -> Callable:
+    """The registered pass ``name``; ``GraphError`` listing the registered ones otherwise."""
     try:
         return PASSES[name]
     except KeyError:
@@ -109,16 +110,19 @@ PIPELINES: dict[int, list[str]] = {
 
 
 def register_pipeline(level: int, names: Sequence[str]) -> None:
+    """Make ``names`` the pipeline of ``opt_level`` ``level``."""
     PIPELINES[level] = list(names)
 
 
 def pipeline_for(opt_level: int) -> list[str]:
+    """The registered passes of ``opt_level``'s pipeline, in order."""
     if opt_level not in PIPELINES:
         raise GraphError(f"opt_level must be one of {sorted(PIPELINES)}, got {opt_level!r}")
     return [n for n in PIPELINES[opt_level] if n in PASSES]
 
 
 def env_disabled() -> set[str]:
+    """Pass names switched off by ``$GRAPHOPT_DISABLE`` (comma-separated)."""
     return {s.strip() for s in os.environ.get("GRAPHOPT_DISABLE", "").split(",") if s.strip()}
 
 

@@ -13,8 +13,13 @@ with the interpreter" check (``plans.py``).
 from .fuzz import random_case
 from .oracle import check_against_oracle, oracle
 from .plans import assert_plan_matches_interpreter, output_leaves, plan_tolerance
-from .semantics import (assert_pass_preserves_semantics, check_pass_once, check_same_semantics,
-                        graph_text, tolerance)
+from .semantics import (
+    assert_pass_preserves_semantics,
+    check_pass_once,
+    check_same_semantics,
+    graph_text,
+    tolerance,
+)
 from .strategies import einsum_equations, graphs, inputs_for
 
 __all__ = ["graphs", "einsum_equations", "inputs_for", "assert_pass_preserves_semantics",

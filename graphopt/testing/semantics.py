@@ -11,12 +11,17 @@ from __future__ import annotations
 import numpy as np
 
 from .. import ir
-from ..equivalence import (check_same_semantics, compare_outputs, graph_tolerance,  # noqa: F401
-                           io_signature, random_inputs, tolerance)
+from ..equivalence import (  # noqa: F401
+    check_same_semantics,
+    compare_outputs,
+    graph_tolerance,
+    io_signature,
+    random_inputs,
+    tolerance,
+)
 from ..errors import GraphError
 from ..interpreter import run_graph
 from ..passes.manager import PassContext, PassResult
-
 
 # ------------------------------------------------------------------------ readable graphs
 

@@ -15,24 +15,26 @@ import tempfile
 import networkx as nx
 import numpy as np
 import pytest
+from cuda_host import needs_gxx, run_on_host  # noqa: E402
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import graphopt as go
 from graphopt import ir
-from graphopt.einsum import parse as einsum_parse
 from graphopt.backends import cuda_codegen as cg
-from graphopt.fused import node_subgraph
-from graphopt.backends.cuda_kernels.contractions import (contraction_candidates,
-                                                      contraction_estimates)
+from graphopt.backends.cuda_kernels.contractions import (
+    contraction_candidates,
+    contraction_estimates,
+)
 from graphopt.backends.cuda_kernels.cublas import Cublas
 from graphopt.backends.gemm import gemm_plan, run_gemm, view_is_free
+from graphopt.einsum import parse as einsum_parse
+from graphopt.fused import node_subgraph
 from graphopt.interpreter import run_graph
 from graphopt.testing import graphs, inputs_for
 from graphopt.testing.generators import random_values
 from graphopt.testing.semantics import compare_outputs, tolerance
 
-from cuda_host import needs_gxx, run_on_host  # noqa: E402
 
 def _single_output(G, k=0):
     """``G`` with only its ``k``-th output, dead nodes dropped (a whole graph as one group)."""

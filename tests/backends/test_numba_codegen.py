@@ -22,8 +22,12 @@ from graphopt.passes.fusion import fusion
 
 numba_codegen = pytest.importorskip("graphopt.backends.numba_codegen")
 pytest.importorskip("numba")
-from graphopt.backends.numba_codegen import (UnsupportedKernel, build_fused_kernel,  # noqa: E402
-                                             build_node_kernel, build_numpy_blocked)
+from graphopt.backends.numba_codegen import (  # noqa: E402
+    UnsupportedKernel,
+    build_fused_kernel,
+    build_node_kernel,
+    build_numpy_blocked,
+)
 
 RTOL = {"float32": 2e-6, "complex64": 2e-6, "float64": 1e-13, "complex128": 1e-13}
 

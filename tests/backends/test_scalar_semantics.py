@@ -20,6 +20,7 @@ import warnings
 
 import numpy as np
 import pytest
+from cuda_host import needs_gxx, run_all_on_host  # noqa: E402
 
 import graphopt as go
 from graphopt.backends import cuda_codegen as cg
@@ -29,8 +30,6 @@ from graphopt.backends.numba_kernels.source import SUPPORTED as NUMBA_DTYPES
 from graphopt.fused import node_subgraph
 from graphopt.interpreter import run_graph
 from graphopt.testing.semantics import compare_outputs, tolerance
-
-from cuda_host import needs_gxx, run_all_on_host  # noqa: E402
 
 DTYPES = ["bool", "int32", "int64", "float32", "float64", "complex64", "complex128"]
 UNARY = ["neg", "abs", "exp", "log", "sqrt", "tanh", "sin", "cos", "square", "reciprocal",

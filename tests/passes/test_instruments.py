@@ -9,8 +9,15 @@ import pytest
 import graphopt as go
 from graphopt import ir
 from graphopt.errors import GraphError
-from graphopt.passes import (CheckSemantics, DumpIR, PassContext, PassInstrument, PassManager,
-                             PassResult, pipeline_for)
+from graphopt.passes import (
+    CheckSemantics,
+    DumpIR,
+    PassContext,
+    PassInstrument,
+    PassManager,
+    PassResult,
+    pipeline_for,
+)
 
 
 def _graph():

@@ -5,12 +5,11 @@ import pytest
 
 import graphopt as go
 from graphopt import ir
-from graphopt.interpreter import interpret
-from graphopt.liveness import liveness_intervals
-from graphopt.passes import PassContext
 from graphopt.errors import GraphError
+from graphopt.interpreter import interpret
+from graphopt.liveness import ALIGN, align, liveness_intervals
+from graphopt.passes import PassContext
 from graphopt.passes.memory import assign_arena_offsets, check_memory_plan, find_inplace, memory
-from graphopt.liveness import ALIGN, align
 
 
 def check_plan(G, plan):

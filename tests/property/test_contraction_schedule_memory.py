@@ -14,8 +14,12 @@ from graphopt.passes import PASSES, PassContext, PassManager
 from graphopt.passes.contraction import contraction
 from graphopt.passes.memory import check_memory_plan, memory
 from graphopt.passes.schedule import peak_of, schedule
-from graphopt.testing import (assert_pass_preserves_semantics, assert_plan_matches_interpreter,
-                              graphs, inputs_for)
+from graphopt.testing import (
+    assert_pass_preserves_semantics,
+    assert_plan_matches_interpreter,
+    graphs,
+    inputs_for,
+)
 
 # Graphs rich in contraction groups: chains, multi-operand einsums, transposes, scalings.
 CONTRACTION_OPS = ("einsum", "chain", "matmul", "layout", "binary", "unary", "const", "shared")

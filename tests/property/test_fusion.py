@@ -10,9 +10,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from graphopt import ir, ops
+from graphopt.fused import INDEXING, classify
 from graphopt.interpreter import run_graph
 from graphopt.passes import PassContext
-from graphopt.fused import INDEXING, classify
 from graphopt.passes.fusion import fusion
 from graphopt.testing import assert_pass_preserves_semantics, graphs
 from graphopt.testing.semantics import compare_outputs, random_inputs, tolerance

@@ -23,8 +23,13 @@ from graphopt.passes import PassContext
 from graphopt.passes.cse import cse, node_key
 from graphopt.passes.dce import dce
 from graphopt.passes.simplify import simplify
-from graphopt.testing import (assert_pass_preserves_semantics, assert_plan_matches_interpreter,
-                              graph_text, graphs, inputs_for)
+from graphopt.testing import (
+    assert_pass_preserves_semantics,
+    assert_plan_matches_interpreter,
+    graph_text,
+    graphs,
+    inputs_for,
+)
 
 PASSES = {"simplify": simplify, "cse": cse, "dce": dce}
 

@@ -12,8 +12,15 @@ from hypothesis import strategies as st
 import graphopt as go
 from graphopt import ir
 from graphopt.passes import PassContext, PassResult
-from graphopt.testing import (assert_pass_preserves_semantics, check_same_semantics,
-                              einsum_equations, graph_text, graphs, inputs_for, tolerance)
+from graphopt.testing import (
+    assert_pass_preserves_semantics,
+    check_same_semantics,
+    einsum_equations,
+    graph_text,
+    graphs,
+    inputs_for,
+    tolerance,
+)
 from graphopt.testing.strategies import OP_KINDS
 
 

@@ -12,10 +12,8 @@ import numpy as np
 from ... import ir, ops
 from .. import scalar_semantics as ss
 from .emitter import StageEmitter, chain_shape, layout_op, normalize_chain
-from .expressions import COMPUTE, CTYPES, Unsupported, REDUCE_EXPR, cast, helpers_for, literal
-from .program import (EinsumStage, ElementwiseStage, GroupProgram, Operand,
-                      ReductionStage)
-
+from .expressions import COMPUTE, CTYPES, REDUCE_EXPR, Unsupported, cast, helpers_for, literal
+from .program import EinsumStage, ElementwiseStage, GroupProgram, Operand, ReductionStage
 
 # ------------------------------------------------------------------------------ builder
 

@@ -3,13 +3,11 @@ cupy), best first by a cost model, their run functions and source, and timing th
 
 from __future__ import annotations
 
-
 import numpy as np
 
 from ... import einsum as einsum_mod
-from .cublas import Cublas
 from ..gemm import GemmPlan, gemm_plan, gemm_source, run_gemm, transpose_copy_bytes
-
+from .cublas import Cublas
 
 # Nominal H100-class rates for the contraction cost model (only their ratio matters).
 PEAK_FLOPS = 50e12
@@ -100,6 +98,7 @@ def _unscaled_contraction_fn(impl: str, eq: str, shapes, dtype: str, path):
 
 
 def contraction_source(impl: str, eq: str, shapes, alpha=1) -> str:
+    """The readable source shown for a contraction kernel: the library call ``impl`` makes."""
     scale = f"\nout *= {alpha!r}" if alpha != 1 else ""
     if impl == "opt_einsum-pairwise":
         return f"out[...] = opt_einsum.contract({eq!r}, ...)  # cupy arrays" + scale

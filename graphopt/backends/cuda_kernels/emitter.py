@@ -7,9 +7,8 @@ import numpy as np
 
 from ... import ir, ops
 from .. import scalar_semantics as ss
-from .expressions import COMPUTE, Unsupported, truth, cast, helpers_for, literal, op_expr
+from .expressions import COMPUTE, Unsupported, cast, helpers_for, literal, op_expr, truth
 from .program import Operand
-
 
 # ------------------------------------------------------------------------------ emitter
 
@@ -24,6 +23,7 @@ def normalize_chain(chain: tuple) -> tuple:
 
 
 def layout_op(d) -> tuple:
+    """A layout node as a ``(op, argument)`` step: transpose axes, or the new shape."""
     a = d["attrs"]
     if d["op"] == "transpose":
         return ("transpose", tuple(a["axes"]))
@@ -31,6 +31,7 @@ def layout_op(d) -> tuple:
 
 
 def chain_shape(shape: tuple, chain: tuple) -> tuple:
+    """``shape`` after the layout steps of ``chain`` (``layout_op`` items)."""
     for op, arg in chain:
         shape = tuple(shape[i] for i in arg) if op == "transpose" else tuple(arg)
     return shape

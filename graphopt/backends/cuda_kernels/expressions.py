@@ -7,9 +7,7 @@ import math
 
 import numpy as np
 
-
 from .. import scalar_semantics as ss
-
 
 CTYPES = {"bool": "bool", "int32": "int", "int64": "long long", "float16": "float16",
           "float32": "float", "float64": "double", "complex64": "complex<float>",
@@ -164,6 +162,7 @@ def cast(expr: str, src: str, dst: str) -> str:
 
 
 def truth(expr: str, dtype: str) -> str:
+    """C expression: ``expr`` of ``dtype`` as a bool (NumPy's truth: nonzero)."""
     return cast(expr, dtype, "bool")
 
 
@@ -197,8 +196,29 @@ def op_expr(op: str, args: list[str], loop: list[str], out: str) -> str:
     ``scalar_semantics.loop_dtypes``); the value is in ``out``'s compute type."""
     t = loop[0] if loop else out
     k = np.dtype(t).kind
-    a = args[0] if args else ""
-    b = args[1] if len(args) > 1 else ""
+    if k == "c" and op in ss.COMPLEX_LOOPS:
+        return f"go_c{_COMPLEX_LOOP_NAMES[op]}({', '.join(args)})"
+    if len(args) == 1 and op != "astype":
+        return _unary_expr(op, args[0], t, out)
+    a, b = args[0], args[1] if len(args) > 1 else ""
+    if k == "b" and op in ss.BOOL_LOGIC:
+        return f"({a} {_C_LOGIC[ss.BOOL_LOGIC[op]]} {b})"
+    if op in ss.INFIX:
+        return f"({a} {ss.INFIX[op]} {b})"
+    if op == "pow":
+        return f"go_ipow({a}, {b})" if k in "iu" else f"pow({a}, {b})"
+    if op in ss.PICK_FIRST_IF:
+        return f"go_{op[:3]}({a}, {b})"
+    if op == "where":
+        return f"({a} ? {b} : {args[2]})"
+    if op == "astype":
+        return cast(a, t, out)
+    raise Unsupported(f"no CUDA body for op {op!r}")
+
+
+def _unary_expr(op: str, a: str, t: str, out: str) -> str:
+    """``op_expr`` of a one-operand op on ``a`` in loop type ``t``."""
+    k = np.dtype(t).kind
     lit = lambda v: literal(v, t)  # noqa: E731
     if op == "neg":
         return f"(-{a})"
@@ -222,8 +242,6 @@ def op_expr(op: str, args: list[str], loop: list[str], out: str) -> str:
         return cast(f"go_gelu((double){a}, {_cube(a, t)})", ss.LOGISTIC_DTYPE, out)
     if op == "square":
         return f"({a} * {a})"
-    if k == "c" and op in ss.COMPLEX_LOOPS:
-        return f"go_c{_COMPLEX_LOOP_NAMES[op]}({', '.join(args)})"
     if op == "reciprocal":
         return _int_reciprocal(a, t) if k in "iu" else f"({lit(1)} / {a})"
     if op == "conj":
@@ -232,16 +250,4 @@ def op_expr(op: str, args: list[str], loop: list[str], out: str) -> str:
         return f"{a}.real()" if k == "c" else a
     if op == "imag":
         return f"{a}.imag()" if k == "c" else literal(0, out)
-    if k == "b" and op in ss.BOOL_LOGIC:
-        return f"({a} {_C_LOGIC[ss.BOOL_LOGIC[op]]} {b})"
-    if op in ss.INFIX:
-        return f"({a} {ss.INFIX[op]} {b})"
-    if op == "pow":
-        return f"go_ipow({a}, {b})" if k in "iu" else f"pow({a}, {b})"
-    if op in ss.PICK_FIRST_IF:
-        return f"go_{op[:3]}({a}, {b})"
-    if op == "where":
-        return f"({a} ? {b} : {args[2]})"
-    if op == "astype":
-        return cast(a, t, out)
     raise Unsupported(f"no CUDA body for op {op!r}")

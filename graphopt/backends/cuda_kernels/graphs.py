@@ -10,7 +10,6 @@ from collections import OrderedDict
 from ...plan import Plan
 from ...signature import restructure
 
-
 # ------------------------------------------------------------------------------ profiler
 
 

@@ -22,6 +22,7 @@ class Operand:
 
 @dataclass
 class ElementwiseStage:
+    """One cupy ``ElementwiseKernel`` of a group program: its parameters, body and result."""
     name: str
     operands: list
     in_params: str
@@ -36,6 +37,8 @@ class ElementwiseStage:
 
 @dataclass
 class ReductionStage:
+    """One cupy ``ReductionKernel`` of a group program: map, reduce and post-map expressions
+    over ``axes`` of ``in_shape``, with the accumulator type and identity."""
     name: str
     operands: list
     in_params: str
@@ -57,6 +60,7 @@ class ReductionStage:
 
 @dataclass
 class EinsumStage:
+    """One contraction of a group program, run by cuBLAS or ``cupy.einsum``."""
     name: str
     equation: str
     operands: list

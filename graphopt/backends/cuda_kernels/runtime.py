@@ -3,13 +3,10 @@ fallback for groups the generator refuses."""
 
 from __future__ import annotations
 
-
-
 from ... import einsum as einsum_mod
 from ... import ir, ops
 from .. import cuda_codegen as cg
 from .. import scalar_semantics as ss
-
 
 # ------------------------------------------------------------------------- stage runtime
 
@@ -48,6 +45,8 @@ def operand_getter(o: cg.Operand, consts: list, broadcast: bool):
 
 
 def program_fn(runs, prog: cg.GroupProgram):
+    """The kernel function ``fn(args, out)`` that runs a group program's compiled stages
+    (``runs``) in order, each into the output or a temporary."""
     import cupy
 
     shape, dtype = prog.shape, prog.dtype

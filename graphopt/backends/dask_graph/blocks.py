@@ -26,8 +26,8 @@ import numpy as np
 from dask.base import tokenize
 
 from ... import ir, ops
-from ...interpreter import run_graph
 from ...fused import build_subgraph, group_maps, identity_map, operand_index_map
+from ...interpreter import run_graph
 from .lowering import Options, StepLog, conform, constant, lower_einsum, lower_op
 
 LETTERS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
@@ -48,6 +48,7 @@ class Irregular(Exception):
 
 
 def lower_fused(attrs: dict, args: list, opts: Options, log: StepLog):
+    """A fused node as dask arrays: per pattern, blockwise where it can, else member by member."""
     sub, pattern = attrs["graph"], attrs["pattern"]
     try:
         if pattern == "elementwise":
@@ -63,6 +64,7 @@ def lower_fused(attrs: dict, args: list, opts: Options, log: StepLog):
 
 
 def lower_subgraph(sub: nx.MultiDiGraph, args: list, opts: Options, log: StepLog):
+    """A sub-graph lowered node by node; the value of its (single) output."""
     env = dict(zip(sub.graph["inputs"], args))
     for m in ir.topo_order(sub):
         if m not in env:
@@ -86,6 +88,7 @@ def _args_for(sub, ext, args, computed: dict) -> list:
 
 
 def fused_contraction(sub, args, opts, log):
+    """A fused contraction: the einsum lowered on its own, then the epilogue blockwise."""
     e = next(m for m in sub if sub.nodes[m]["op"] == "einsum")
     pos = {u: k for k, u in enumerate(sub.graph["inputs"])}
     operands = [args[pos[u]] if u in pos else constant(sub.nodes[u]["attrs"]["value"], opts)
@@ -172,6 +175,7 @@ def index_maps(G: nx.MultiDiGraph) -> tuple[dict, tuple]:
 
 
 def elementwise_group(G, args, opts, log):
+    """An elementwise group as one blockwise dask operation, in the group's output shape."""
     arr, _ = block_group(G, args, opts, log)
     shape = tuple(G.nodes[G.graph["outputs"][0]]["shape"])
     return arr if arr.shape == shape else arr.reshape(shape)

@@ -64,6 +64,7 @@ class StepLog:
 
 
 def constant(value, opts: Options):
+    """A constant as a dask array, chunked as the options say."""
     a = np.asarray(value)
     return da.from_array(a, chunks="auto" if opts.chunk_bytes is None else
                          da.core.normalize_chunks("auto", a.shape, limit=opts.chunk_bytes,
@@ -176,6 +177,7 @@ def pairwise_einsum(equation: str, arrays: list, opts: Options, log: StepLog):
 
 
 def lower_einsum(attrs: dict, args: list, opts: Options, log: StepLog):
+    """An einsum node as dask arrays: pairwise along its path, sliced where it has slices."""
     eq = attrs["equation"]
     terms, output = split_equation(eq)
     sizes = label_sizes(eq, [a.shape for a in args])

@@ -51,8 +51,7 @@ import numpy as np
 
 from ... import ir
 from ...einsum import to_ascii
-from ...fused import (classify, group_maps, operand_index_map,
-                     reduction_maps)
+from ...fused import classify, group_maps, operand_index_map, reduction_maps
 from .. import scalar_semantics as ss
 from .expressions import _NB, _T, ScalarPrinter, UnsupportedKernel, _fast_table, _file_digest
 from .loops import BLOCK, COL_BLOCK, MAX_CHUNKS, LoopNest

@@ -52,10 +52,29 @@ from typing import Callable, NamedTuple
 
 import numpy as np
 
-from .f32 import (cos_f32, exp_f32, gelu_f32, log_f32, pow_f32, sigmoid_f32, sin_f32, sqrt_f32,
-                  tanh_f32)
-from .f64 import (TRIG_LIMIT, cos_f64, exp_f64, gelu_f64, log_f64, pow_f64, sigmoid_f64, sin_f64,
-                  sqrt_f64, tanh_f64)
+from .f32 import (
+    cos_f32,
+    exp_f32,
+    gelu_f32,
+    log_f32,
+    pow_f32,
+    sigmoid_f32,
+    sin_f32,
+    sqrt_f32,
+    tanh_f32,
+)
+from .f64 import (
+    TRIG_LIMIT,
+    cos_f64,
+    exp_f64,
+    gelu_f64,
+    log_f64,
+    pow_f64,
+    sigmoid_f64,
+    sin_f64,
+    sqrt_f64,
+    tanh_f64,
+)
 from .intrinsics import fmaximum, fminimum, sum_add
 
 

@@ -2,14 +2,24 @@
 
 from __future__ import annotations
 
-
 import numba
 import numpy as np
 
-from .f64 import (_GELU_D0, _GELU_D1, _LN2, _LOG2E, _PIO2_1, _PIO2_2, _TWO_OVER_PI, TRIG_LIMIT,
-                  _log_abs_edges, _log_reduce_f64, _pow2_f64, _pow_finish)
+from .f64 import (
+    _GELU_D0,
+    _GELU_D1,
+    _LN2,
+    _LOG2E,
+    _PIO2_1,
+    _PIO2_2,
+    _TWO_OVER_PI,
+    TRIG_LIMIT,
+    _log_abs_edges,
+    _log_reduce_f64,
+    _pow2_f64,
+    _pow_finish,
+)
 from .intrinsics import _JIT, _JIT_INLINE, _bits, _f32, _fma, _from_bits
-
 
 # ---------------------------------------------------------------------------------- float32
 _INF32, _NAN32 = _f32(np.inf), _f32(np.nan)

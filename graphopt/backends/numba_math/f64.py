@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-
 import numba
 import numpy as np
 
 from .intrinsics import _JIT, _JIT_INLINE, _bits, _fma, _from_bits
-
 
 # ---------------------------------------------------------------------------------- float64
 _INF, _NAN = np.inf, np.nan

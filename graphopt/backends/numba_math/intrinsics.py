@@ -3,7 +3,6 @@ and the jit options every numba_math function uses."""
 
 from __future__ import annotations
 
-
 import numpy as np
 from llvmlite import ir
 from numba import types
