@@ -1,6 +1,8 @@
 """Guard rails of the package's shape (docs/ARCHITECTURE.md): imports run one way (no
 cycles, counting imports inside functions), backends never import a pass, core modules
-never import a backend, and no module grows past the line budget."""
+never import a backend, no module grows past the line budget, and nothing outside
+``plan.py`` reaches into a plan's private fields (subclasses and the profiler use the
+public step loop, ``Plan.run_steps``)."""
 
 from __future__ import annotations
 
@@ -83,6 +85,34 @@ def test_every_module_is_within_the_line_budget():
     over = {name: n for name, path in _modules().items()
             if (n := len(path.read_text().splitlines())) > LINE_BUDGET}
     assert not over, f"modules over {LINE_BUDGET} lines: {over}"
+
+
+def _self_fields(tree) -> dict[str, set[str]]:
+    """Per class of ``tree``, the private attributes its methods set on ``self``."""
+    out = {}
+    for cls in (n for n in ast.walk(tree) if isinstance(n, ast.ClassDef)):
+        out[cls.name] = {t.attr for node in ast.walk(cls)
+                         if isinstance(node, (ast.Assign, ast.AnnAssign))
+                         for t in getattr(node, "targets", [getattr(node, "target", None)])
+                         if isinstance(t, ast.Attribute)
+                         and isinstance(t.value, ast.Name) and t.value.id == "self"
+                         and t.attr.startswith("_") and not t.attr.startswith("__")}
+    return out
+
+
+def test_nothing_outside_plan_py_reads_a_plans_private_fields():
+    trees = {name: ast.parse(path.read_text()) for name, path in _modules().items()}
+    fields = _self_fields(trees["graphopt.plan"])["Plan"]
+    assert {"_program", "_input_slots", "_output_allocs", "_init_vals"} <= fields
+    # a name another class sets on itself (a pool's ``_lock``) is that class's own
+    others = set().union(*(f for name, tree in trees.items()
+                           for cls, f in _self_fields(tree).items()
+                           if (name, cls) != ("graphopt.plan", "Plan")))
+    only_plans = fields - others
+    readers = {name: attrs for name, tree in trees.items() if name != "graphopt.plan"
+               if (attrs := {n.attr for n in ast.walk(tree)
+                             if isinstance(n, ast.Attribute) and n.attr in only_plans})}
+    assert not readers, readers
 
 
 def test_the_import_scan_sees_lazy_and_relative_imports():
