@@ -2,8 +2,13 @@
 
 In the IR every einsum equation is *explicit* (it has ``->``), has no ``...`` (ellipsis
 dimensions are expanded into fresh labels) and has one size per label (operands whose
-size-1 dimensions NumPy would broadcast get an explicit ``broadcast_to`` first). Labels are
-any single Unicode letter, as opt_einsum allows.
+size-1 dimensions NumPy would broadcast get an explicit ``broadcast_to`` first). IR labels
+are single Unicode letters (``label(i)``).
+
+Users may write any label opt_einsum accepts: every character but the syntax (``,``,
+``-``, ``>``, ``.``) and whitespace, so digits and the non-letters among
+``opt_einsum.get_symbol``'s symbols (``×``, ``÷``) too. ``parse`` renames such labels to
+letters for the IR, after the implicit output has been ordered by the user's labels.
 """
 
 from __future__ import annotations
@@ -52,10 +57,41 @@ def split(equation: str) -> tuple[list[str], str]:
     return lhs.split(","), out
 
 
+_SYNTAX = frozenset(",->.")
+_LABELS: list[str] = []
+
+
+def label(i: int) -> str:
+    """The ``i``-th IR label: ASCII letters first, then other Unicode letters."""
+    if not _LABELS:
+        _LABELS.extend(_ASCII)
+    cp = ord(_LABELS[-1]) if len(_LABELS) > 52 else 0xBF
+    while len(_LABELS) <= i:
+        cp += 1
+        if chr(cp).isalpha() and not 0xD800 <= cp < 0xE000:
+            _LABELS.append(chr(cp))
+    return _LABELS[i]
+
+
+def is_ir_label(c: str) -> bool:
+    """``c`` may stand in an IR equation (a Unicode letter, not a surrogate)."""
+    return c.isalpha() and not 0xD800 <= ord(c) < 0xE000
+
+
 def _check_label(c: str, where: str) -> None:
-    if not c.isalpha():
-        raise EinsumError(f"invalid index label {c!r} in {where}: labels are letters (ASCII "
-                          "or any other Unicode letter); '...', ',' and '->' are syntax")
+    if c in _SYNTAX or c.isspace() or 0xD800 <= ord(c) < 0xE000:
+        raise EinsumError(f"invalid index label {c!r} in {where}: a label is any character "
+                          "but ',', '-', '>', '.' and whitespace ('...', ',' and '->' are "
+                          "syntax)")
+
+
+def _letters_for(labels: set) -> dict[str, str]:
+    """A letter for each of ``labels`` that is not one, unused by the others."""
+    odd = sorted(c for c in labels if not is_ir_label(c))
+    if not odd:
+        return {}
+    free = (c for c in map(label, itertools.count()) if c not in labels)
+    return {c: next(free) for c in odd}
 
 
 def _fresh_labels(used: set, n: int) -> list[str]:
@@ -80,7 +116,7 @@ def parse(equation: str, shapes: Sequence[Sequence[int]]) -> EinsumSpec:
     """
     if not isinstance(equation, str):
         raise EinsumError(f"equation must be a str, got {type(equation).__name__}")
-    eq = equation.replace(" ", "")
+    eq = "".join(equation.split())   # whitespace is no label: drop it, as opt_einsum drops spaces
     shapes = [tuple(int(d) for d in s) for s in shapes]
     where = f"equation {equation!r} with operand shapes {shapes}"
     if eq.count("->") > 1:
@@ -93,6 +129,11 @@ def parse(equation: str, shapes: Sequence[Sequence[int]]) -> EinsumSpec:
     expanded, ell = _expand_ellipses(terms, shapes, set(eq) - set(",.->"), where)
     sizes = _sizes_of_labels(expanded, shapes, where)
     out = _output_term(terms, rhs, expanded, ell, where)
+    rename = _letters_for(set(sizes))
+    if rename:
+        expanded = ["".join(rename.get(c, c) for c in t) for t in expanded]
+        out = "".join(rename.get(c, c) for c in out)
+        sizes = {rename.get(c, c): s for c, s in sizes.items()}
     broadcast = []
     for t, s in zip(expanded, shapes):
         full = tuple(sizes[c] for c in t)
@@ -173,39 +214,41 @@ def _output_term(terms, rhs, expanded, ell, where: str) -> str:
     return out
 
 
+def _ordered_symbol(k: int) -> str:
+    """The ``k``-th of a run of labels whose code points increase: ``A-Z``, ``a-z``, then
+    the other Unicode letters (``label``), so sorted user labels keep their order."""
+    return chr(65 + k) if k < 26 else chr(97 + k - 26) if k < 52 else label(k)
+
+
 def interleaved_to_equation(args: Sequence) -> tuple[str, list]:
     """Convert NumPy's interleaved form ``(a, [0, 1], b, [1, 2], [0, 2])`` to ``(eq, operands)``.
 
-    Sublist entries are ints (mapped to opt_einsum symbols) or ``Ellipsis``.
+    Sublist entries are ``Ellipsis`` or any hashable labels (ints as in NumPy, strings,
+    tuples...). Labels are renamed in sorted order (order of first appearance where they do
+    not compare), so the implicit output orders them as ``numpy.einsum`` orders ints.
     """
     args = list(args)
-    operands, terms = [], []
-    out = None
-    if len(args) % 2 == 1:
-        out = args.pop()
-    for i in range(0, len(args), 2):
-        operands.append(args[i])
-        terms.append(args[i + 1])
+    out = args.pop() if len(args) % 2 == 1 else None
+    operands, terms = args[0::2], args[1::2]
+    subs = terms + ([out] if out is not None else [])
+    try:
+        subs = [list(sub) for sub in subs]
+        seen = list(dict.fromkeys(v for sub in subs for v in sub if v is not Ellipsis))
+    except TypeError:
+        raise EinsumError(f"interleaved einsum expects sublists of hashable labels or "
+                          f"Ellipsis, got {subs!r}") from None
+    try:
+        seen = sorted(seen)
+    except TypeError:  # labels that do not compare (e.g. ints and strings): first appearance
+        pass
+    symbol = {v: _ordered_symbol(k) for k, v in enumerate(seen)}
 
     def term(sub) -> str:
-        try:
-            items = list(sub)
-        except TypeError:
-            raise EinsumError(f"interleaved einsum expects sublists of ints, got {sub!r}") from None
-        chars = []
-        for v in items:
-            if v is Ellipsis:
-                chars.append("...")
-            elif isinstance(v, (int, np.integer)) and not isinstance(v, bool) and v >= 0:
-                chars.append(get_symbol(int(v)))
-            else:
-                raise EinsumError(f"interleaved einsum sublist entries must be non-negative "
-                                  f"ints or Ellipsis, got {v!r}")
-        return "".join(chars)
+        return "".join("..." if v is Ellipsis else symbol[v] for v in sub)
 
-    eq = ",".join(term(t) for t in terms)
+    eq = ",".join(term(t) for t in subs[:len(terms)])
     if out is not None:
-        eq += "->" + term(out)
+        eq += "->" + term(subs[-1])
     return eq, operands
 
 

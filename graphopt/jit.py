@@ -134,10 +134,16 @@ _contract_lock = threading.Lock()
 
 def contract(eq, *arrays, **compile_kwargs):
     """One-shot einsum through the compiler: a drop-in for ``np.einsum`` and
-    ``opt_einsum.contract``. Plans are cached per (equation, shapes, dtypes, options)."""
+    ``opt_einsum.contract``, in the equation form or the interleaved form
+    (``contract(a, [0, 1], b, [1, 2], [0, 2])``, any hashable labels). Plans are cached per
+    (equation, shapes, dtypes, options)."""
     if not isinstance(eq, str):
-        raise GraphError("contract(eq, *arrays): eq must be an einsum equation string",
-                         op="einsum")
+        from .einsum import interleaved_to_equation
+
+        try:
+            eq, arrays = interleaved_to_equation((eq, *arrays))
+        except GraphError as e:
+            raise e.located(op="einsum") from None
     arrays = [x if _is_array(x) else np.asarray(x) for x in arrays]
     key = (eq, tuple((tuple(a.shape), np.dtype(a.dtype).name) for a in arrays),
            tuple(sorted((k, repr(v)) for k, v in compile_kwargs.items())))

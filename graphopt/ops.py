@@ -311,6 +311,9 @@ def _einsum_infer(shapes, dtypes, attrs):
     if "->" not in eq or "..." in eq:
         raise GraphError(f"IR einsum equation {eq!r} must be explicit and ellipsis-free")
     spec = einsum_mod.parse(eq, shapes)
+    if spec.equation != eq:
+        raise GraphError(f"IR einsum equation {eq!r} must use letters for labels "
+                         f"(einsum_mod.label), e.g. {spec.equation!r}")
     if any(b is not None for b in spec.broadcast):
         raise GraphError(f"IR einsum {eq!r} needs operand broadcasting (shapes {list(shapes)}); "
                          "the builder inserts broadcast_to first")

@@ -376,8 +376,9 @@ def broadcast_to(x, shape) -> Tensor:
 
 def einsum(*args) -> Tensor:
     """Einstein summation, as ``numpy.einsum``: ``einsum("ij,jk->ik", a, b)`` or the
-    interleaved form ``einsum(a, [0, 1], b, [1, 2], [0, 2])``. Any number of operands,
-    ``...``, repeated labels, implicit output; labels are any letters (Unicode too)."""
+    interleaved form ``einsum(a, [0, 1], b, [1, 2], [0, 2])`` (any hashable labels). Any
+    number of operands, ``...``, repeated labels, implicit output; a label is any character
+    opt_einsum takes (all but ``,``, ``-``, ``>``, ``.`` and whitespace)."""
     src = user_src()
     if not args:
         raise GraphError("einsum needs an equation and operands", op="einsum", src=src)

@@ -24,6 +24,7 @@ from opt_einsum import paths as oe_paths
 
 from .. import cost, ir
 from .. import einsum as einsum_mod
+from ..einsum import label
 from ..errors import GraphError
 from ..paths import Steps, label_sizes, left_to_right, play
 from .manager import PassResult, register_pass
@@ -37,21 +38,6 @@ AUTO_DP_MAX = 12
 LIMIT_DP_MAX = 16
 LIMIT_BRANCH_MAX = 10
 LIMIT_GREEDY_MAX = 64
-
-_LABELS: list[str] = []
-
-
-def label(i: int) -> str:
-    """The ``i``-th einsum label: ASCII letters first, then other Unicode letters."""
-    if not _LABELS:
-        _LABELS.extend("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
-    cp = ord(_LABELS[-1]) if len(_LABELS) > 52 else 0xBF
-    while len(_LABELS) <= i:
-        cp += 1
-        if chr(cp).isalpha() and not 0xD800 <= cp < 0xE000:
-            _LABELS.append(chr(cp))
-    return _LABELS[i]
-
 
 def relabel(terms, output) -> str:
     """An equation with labels renamed to ``label(0), label(1), ...`` in order of first use."""
