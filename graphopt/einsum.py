@@ -68,7 +68,7 @@ def label(i: int) -> str:
     cp = ord(_LABELS[-1]) if len(_LABELS) > 52 else 0xBF
     while len(_LABELS) <= i:
         cp += 1
-        if chr(cp).isalpha() and not 0xD800 <= cp < 0xE000:
+        if is_ir_label(chr(cp)):
             _LABELS.append(chr(cp))
     return _LABELS[i]
 

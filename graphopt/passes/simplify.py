@@ -228,7 +228,7 @@ def _einsum_relabel(r: _Run, n: int) -> str | None:
     eq = d["attrs"]["equation"]
     new = einsum_mod.canonical_labels(*einsum_mod.split(eq))
     # Past 75 labels opt_einsum's symbols include non-letters ('×'), which the IR rejects.
-    if new == eq or not all(c.isalpha() for c in set(new) - set(",->")):
+    if new == eq or not all(einsum_mod.is_ir_label(c) for c in set(new) - set(",->")):
         return None
     mapping = dict(zip(eq, new))
     attrs = dict(d["attrs"], equation=new)

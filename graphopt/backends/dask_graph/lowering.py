@@ -183,15 +183,13 @@ def lower_einsum(attrs: dict, args: list, opts: Options, log: StepLog):
     sizes = label_sizes(eq, [a.shape for a in args])
     blocks = attrs.get("slice_blocks") or [1] * len(attrs.get("slices", ()))
     slices = [(c, b) for c, b in zip(attrs.get("slices", ()), blocks) if sizes.get(c, 0) > 0]
-    path = attrs.get("path")
-    if slices:
-        path = path or default_path(eq, [a.shape for a in args])
-        return sliced_einsum(eq, path, slices, args, opts, log)
-    if len(args) <= 2:
+    if not slices and len(args) <= 2:
         return pairwise_einsum(eq, list(args), opts, log)
+    path = attrs.get("path") or default_path(eq, [a.shape for a in args])
+    if slices:
+        return sliced_einsum(eq, path, slices, args, opts, log)
     current = list(args)
-    for inds, picked, result in play_path(terms, output, path or
-                                          default_path(eq, [a.shape for a in args])):
+    for inds, picked, result in play_path(terms, output, path):
         operands = [current[i] for i in inds]
         for i in reversed(inds):
             current.pop(i)
