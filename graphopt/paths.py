@@ -65,6 +65,24 @@ class Steps:
     flops: int
     largest: int      # elements of the largest intermediate (the final result excluded)
     pairwise: bool
+    write: int = 0    # elements written: every step's result, the final one included
+
+    @property
+    def combo(self) -> int:
+        """The cost path searches minimize: FLOPs plus ``COMBO_WRITE_WEIGHT`` per element
+        written (``combo_cost``)."""
+        return combo_cost(self.flops, self.write)
+
+
+# One element written costs about as much time as this many FLOPs (cotengra's 'combo'
+# factor): a path with lopsided pairwise steps writes large intermediates for few FLOPs.
+COMBO_WRITE_WEIGHT = 64
+
+
+def combo_cost(flops: int, write: int) -> int:
+    """FLOPs plus ``COMBO_WRITE_WEIGHT`` per element written: what a contraction path costs
+    in time, up to a machine's rate."""
+    return flops + COMBO_WRITE_WEIGHT * write
 
 
 def play(terms: Sequence[str], output: str, sizes: dict, path) -> Steps:
@@ -72,13 +90,15 @@ def play(terms: Sequence[str], output: str, sizes: dict, path) -> Steps:
     intermediate."""
     path = [tuple(p) for p in path] or [tuple(range(len(terms)))]
     steps = play_path(terms, output, path)
-    flops, largest = 0, 0
+    flops, largest, write = 0, 0, 0
     for k, (_, picked, result) in enumerate(steps):
+        elements = math.prod(sizes[c] for c in result)
+        write += elements
         if k < len(steps) - 1:
-            largest = max(largest, math.prod(sizes[c] for c in result))
+            largest = max(largest, elements)
         labels = set("".join(picked))
         flops += step_flops(labels, bool(labels - set(result)), len(picked), sizes)
-    return Steps(path, steps, flops, largest, all(len(s[0]) <= 2 for s in steps))
+    return Steps(path, steps, flops, largest, all(len(s[0]) <= 2 for s in steps), write)
 
 
 def left_to_right(n_operands: int) -> list[tuple[int, ...]]:

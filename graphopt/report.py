@@ -134,6 +134,7 @@ class OptimizationReport:
             lines.append(f"  {r.name:<14}{r.seconds * 1e3:>8.2f}  {r.nodes_before:>5} ->"
                          f"{r.nodes_after:>4}  {'yes' if r.changed else 'no ':<7}  "
                          f"{summarize_details(r.details)}")
+        lines += self.contraction_lines()
         if self.kernels:
             lines.append("")
             lines.append(f"  {'step':>4}  {'kernel':<28}{'impl':<26}{'shape':<18}"
@@ -148,6 +149,27 @@ class OptimizationReport:
         return "\n".join(lines)
 
     __repr__ = __str__
+
+    def contraction_lines(self) -> list[str]:
+        """One line per contraction group of three or more operands: FLOPs in the order the
+        user wrote, in opt_einsum's greedy order and in the chosen one; how the path was
+        found (searcher, trials, seconds against the budget, path cache)."""
+        groups = [g for r in self.records if r.name == "contraction"
+                  for g in r.details.get("groups", ()) if g.get("operands", 0) > 2]
+        if not groups:
+            return []
+        lines = ["", "  contraction groups (FLOPs: as written / opt_einsum greedy / chosen)"]
+        for g in groups:
+            found = g["optimizer"]
+            s = g.get("search")
+            if s:
+                found = (f"{s['searcher']}, {s['trials']} trial(s), {s['seconds'] * 1e3:.1f} ms"
+                         f" of a {s['budget_seconds'] * 1e3:.1f} ms budget, path cache "
+                         f"{s['cache']}")
+            lines.append(f"    node {g['root']}: {g['operands']} operands  "
+                         f"{g['flops_before']:.3g} / {g.get('flops_greedy', 0):.3g} / "
+                         f"{g['flops_after']:.3g}  {g['decision']} ({found})")
+        return lines
 
     def to_markdown(self) -> str:
         out = [f"### graphopt report: `{self.name}`", "",

@@ -15,9 +15,9 @@ from collections import OrderedDict
 import networkx as nx
 
 from .. import ir
+from ..disk_cache import cache_dir  # noqa: F401  (where kernels live: reported, tested)
+from ..disk_cache import load_module as _load_module
 from ..fused import classify, is_pointwise, node_subgraph
-from .disk_cache import cache_dir  # noqa: F401  (where kernels live: reported, tested)
-from .disk_cache import load_module as _load_module
 from .numba_kernels.blocked import (
     _BlockedSource,
     run_blocks,  # noqa: F401  (generated modules import it here)

@@ -187,7 +187,7 @@ def measured_once(source: str, measure, keys=()) -> tuple[dict, bool]:
     cache directory, so a second process neither re-JITs nor re-times. A kept document
     that lacks one of ``keys`` or holds anything but positive finite numbers is dropped
     and measured again."""
-    from .disk_cache import read_json, source_digest, write_json
+    from ..disk_cache import read_json, source_digest, write_json
 
     def valid(doc) -> bool:
         return isinstance(doc, dict) and set(keys) <= set(doc) and all(

@@ -22,15 +22,16 @@ import networkx as nx
 import numpy as np
 from opt_einsum import paths as oe_paths
 
-from .. import cost, ir
+from .. import cost, ir, path_search
 from .. import einsum as einsum_mod
 from ..einsum import label
 from ..errors import GraphError
-from ..paths import Steps, label_sizes, left_to_right, play
+from ..paths import Steps, combo_cost, label_sizes, left_to_right, play
 from .manager import PassResult, register_pass
 
 # optimize="auto": exhaustive search up to AUTO_OPTIMAL_MAX operands, dynamic programming
-# up to AUTO_DP_MAX, greedy (polynomial) beyond.
+# up to AUTO_DP_MAX, the anytime search (``path_search``, within the compile's path_time)
+# beyond. optimize="hyper" is the anytime search at any size.
 AUTO_OPTIMAL_MAX = 4
 AUTO_DP_MAX = 12
 # Where the chosen search finds no order within the memory limit, dynamic programming and
@@ -143,19 +144,26 @@ def merge(G, group: list[int]) -> Merged:
 # ------------------------------------------------------------------------------------ paths
 
 
+ANYTIME = "anytime"   # optimizer_for's answer for the anytime search (``path_search``)
+
+
 def optimizer_for(optimize, n_operands: int):
-    """``(search function, its name)`` for ``ctx.optimize`` on ``n_operands`` operands."""
+    """``(search function, its name)`` for ``ctx.optimize`` on ``n_operands`` operands; the
+    function is ``ANYTIME`` for ``path_search.find_path``."""
     if isinstance(optimize, oe_paths.PathOptimizer):
         return optimize, type(optimize).__name__
     if optimize == "auto":
         optimize = ("optimal" if n_operands <= AUTO_OPTIMAL_MAX else
-                    "dp" if n_operands <= AUTO_DP_MAX else "greedy")
+                    "dp" if n_operands <= AUTO_DP_MAX else "hyper")
+    if optimize == "hyper":
+        return ANYTIME, ANYTIME
     if isinstance(optimize, str):
         try:
             return oe_paths.get_path_fn(optimize), optimize
         except KeyError:
             pass
     raise GraphError(f"optimize={optimize!r} is not a contraction path search; use 'auto', "
+                     "'hyper', "
                      f"{', '.join(repr(k) for k in oe_paths._PATH_OPTIONS if k != 'auto')} "
                      "or an opt_einsum PathOptimizer")
 
@@ -181,11 +189,12 @@ def search(fn, m: Merged, memory_limit: int | None) -> Steps | None:
 # ------------------------------------------------------------------------------------- pass
 
 
-def user_cost(G, group: list[int]) -> tuple[int, int]:
-    """FLOPs and largest intermediate (elements) of ``group`` as the user wrote it; a
-    multi-operand einsum counts along its ``path`` attr, else left to right."""
+def user_cost(G, group: list[int]) -> tuple[int, int, int]:
+    """FLOPs, largest intermediate and elements written (elements) of ``group`` as the user
+    wrote it; a multi-operand einsum counts along its ``path`` attr, else left to right."""
     flops = sum(cost.node_flops(G, n) for n in group)
     largest = max((math.prod(G.nodes[n]["shape"]) for n in group[1:]), default=0)
+    write = 0
     for n in group:
         d = G.nodes[n]
         if d["op"] == "einsum" and G.in_degree(n) > 2:
@@ -194,7 +203,10 @@ def user_cost(G, group: list[int]) -> tuple[int, int]:
             sizes = label_sizes(eq, [G.nodes[u]["shape"] for u in ir.operands(G, n)])
             steps = play(ins, out, sizes, d["attrs"].get("path") or left_to_right(len(ins)))
             largest = max(largest, steps.largest)
-    return flops, largest
+            write += steps.write
+        else:
+            write += math.prod(d["shape"])
+    return flops, largest, write
 
 
 def _emit_pairwise(H, m: Merged, steps: Steps, operands: list[int], src) -> int:
@@ -212,17 +224,31 @@ def _size(elements: int, itemsize: int) -> dict:
     return {"elements": int(elements), "bytes": int(elements) * itemsize}
 
 
+def _unconstrained(fn, m: Merged, ctx) -> tuple[Steps | None, dict | None]:
+    """The chosen search's path without a memory limit, and the anytime search's record."""
+    if fn is ANYTIME and len(m.terms) > 2:
+        return path_search.find_path(m.terms, m.output, m.sizes,
+                                     time_budget=ctx.options.get("path_time"),
+                                     cache=ctx.options.get("path_cache", True))
+    return search(fn, m, None), None
+
+
 def _plan_group(G, group: list[int], ctx) -> tuple[Merged, dict, Steps | None]:
     """Decide what to do with one group: ``(merged, record, steps)``; ``steps`` is None where
-    the user's nodes stay."""
+    the user's nodes stay. Candidates are compared by ``Steps.combo`` (FLOPs plus 64 per
+    element written); the user's pairwise nodes win ties."""
     root = group[0]
     d = G.nodes[root]
     m = merge(G, group)
     itemsize = np.dtype(d["dtype"]).itemsize
     limit = None if ctx.memory_limit is None else int(ctx.memory_limit) // itemsize
-    user_flops, user_largest = user_cost(G, group)
+    user_flops, user_largest, user_write = user_cost(G, group)
+    user_combo = combo_cost(user_flops, user_write)
     user_pairwise = all(G.in_degree(n) <= 2 for n in group)
     fn, name = optimizer_for(ctx.optimize, len(m.terms))
+    free, search_rec = _unconstrained(fn, m, ctx)
+    if search_rec is not None:
+        name = search_rec["searcher"]
 
     def fits(s):
         return s is not None and s.pairwise and (limit is None or s.largest <= limit)
@@ -231,59 +257,66 @@ def _plan_group(G, group: list[int], ctx) -> tuple[Merged, dict, Steps | None]:
         # opt_einsum's limit covers the final result too, which exists in any order: the
         # branch searches exempt a last pair that exceeds it, dynamic programming does not.
         # Greedy under a limit is opt_einsum's branch search, cubic in the operand count:
-        # on large groups run plain greedy and check the limit afterwards.
+        # on large groups run plain greedy and check the limit afterwards. The anytime
+        # search takes no limit: its path is checked afterwards.
         lim = limit
-        if limit is not None and (f is oe_paths.dynamic_programming or
-                                  isinstance(f, oe_paths.DynamicProgramming)):
+        if limit is None or f is ANYTIME:
+            return free
+        if f is oe_paths.dynamic_programming or isinstance(f, oe_paths.DynamicProgramming):
             lim = max(limit, math.prod(d["shape"]))
         elif f is oe_paths.greedy and len(m.terms) > LIMIT_GREEDY_MAX:
-            lim = None
+            return free
         return search(f, m, lim)
 
     found = attempt(fn)
     if limit is not None and not fits(found):
         for alt in fallbacks(len(m.terms)):
             s = attempt(oe_paths.get_path_fn(alt))
-            if fits(s) and (not fits(found) or s.flops < found.flops):
+            if fits(s) and (not fits(found) or s.combo < found.combo):
                 found, name = s, f"{name}, then {alt}"
     user_fits = limit is None or user_largest <= limit
-    # (FLOPs, preference on ties, steps): the user's pairwise nodes win ties.
-    cands = [(user_flops, 0 if user_pairwise else 3, None)] if user_fits else []
+    # (combo cost, preference on ties, steps): the user's pairwise nodes win ties.
+    cands = [(user_combo, 0 if user_pairwise else 3, None)] if user_fits else []
     if fits(found):
-        cands.append((found.flops, 1, found))
+        cands.append((found.combo, 1, found))
     if len(group) == 1 and not user_pairwise:
         ltr = play(m.terms, m.output, m.sizes, left_to_right(len(m.terms)))
         if fits(ltr):
-            cands.append((ltr.flops, 2, ltr))
+            cands.append((ltr.combo, 2, ltr))
     rec = {"root": root, "ops": [G.nodes[n]["op"] for n in group], "operands": len(m.terms),
            "equation": m.equation, "optimizer": name, "flops_before": user_flops,
            "largest_intermediate_before": _size(user_largest, itemsize)}
+    if search_rec is not None:
+        rec["search"] = search_rec
+    if len(m.terms) > 2:
+        rec["flops_greedy"] = search(oe_paths.greedy, m, None).flops
     if not cands:  # nothing pairwise fits the limit: one multi-operand node, sliced later
-        options = [search(fn, m, None),
-                   play(m.terms, m.output, m.sizes, left_to_right(len(m.terms)))]
-        best = min((s for s in options if s is not None), key=lambda s: s.flops)
+        options = [free, play(m.terms, m.output, m.sizes, left_to_right(len(m.terms)))]
+        best = min((s for s in options if s is not None), key=lambda s: s.combo)
         rec.update(decision="needs slicing", path=best.path, flops_after=best.flops,
                    largest_intermediate_after=_size(best.largest, itemsize),
                    reason=f"no pairwise order keeps every intermediate within "
                           f"{ctx.memory_limit} bytes ({limit} elements)")
         whole = [(tuple(range(len(m.terms))), m.terms, m.output)]
-        return m, rec, Steps(best.path, whole, best.flops, best.largest, False)
-    flops, _, steps = min(cands, key=lambda c: c[:2])
+        return m, rec, Steps(best.path, whole, best.flops, best.largest, False, best.write)
+    _, _, steps = min(cands, key=lambda c: c[:2])
     if steps is None:
         if fits(found):
-            reason = (f"user order costs {user_flops} FLOPs <= {found.flops} of the best path "
-                      f"found ({name})")
+            reason = (f"user order costs {user_flops} FLOPs, {user_write} elements written "
+                      f"(combo {user_combo}) <= {found.combo} of the best path found ({name})")
         else:
             reason = (f"no other order found ({name}) fits: pairwise, intermediates within "
                       f"{limit} elements (the user's largest is {user_largest})")
         rec.update(decision="kept user order", reason=reason, flops_after=user_flops,
                    largest_intermediate_after=rec["largest_intermediate_before"])
         return m, rec, None
+    flops = steps.flops
     if not user_fits:
         reason = (f"the user's order exceeds the memory limit ({user_largest} > {limit} "
                   f"elements); this one fits with {flops} FLOPs (user: {user_flops})")
-    elif flops < user_flops:
-        reason = f"{flops} FLOPs < user order's {user_flops}"
+    elif steps.combo < user_combo:
+        reason = (f"{flops} FLOPs, {steps.write} elements written (combo {steps.combo}) < "
+                  f"the user order's {user_flops}, {user_write} (combo {user_combo})")
     else:
         reason = f"{flops} FLOPs, as the user's multi-operand einsum, now pairwise"
     rec.update(decision="reordered", reason=reason, flops_after=flops, path=steps.path,
@@ -291,7 +324,7 @@ def _plan_group(G, group: list[int], ctx) -> tuple[Merged, dict, Steps | None]:
     return m, rec, steps
 
 
-@register_pass("contraction")
+@register_pass("contraction", options=("path_time", "path_cache"))
 def contraction(G: nx.MultiDiGraph, ctx) -> PassResult:
     """Merge, reorder and re-split einsum groups (see the module docstring).
 

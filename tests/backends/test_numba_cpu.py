@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 import graphopt as go
-from graphopt import compiler
-from graphopt.backends import BACKENDS, disk_cache, numba_cpu
+from graphopt import compiler, disk_cache
+from graphopt.backends import BACKENDS, numba_cpu
 from graphopt.backends.gemm import gemm_plan
 from graphopt.errors import GraphError
 

@@ -1,4 +1,5 @@
-"""The on-disk kernel cache: generated modules, numba's compiled code, kernel-choice timings.
+"""The on-disk cache: generated kernel modules, numba's compiled code, kernel-choice timings,
+contraction paths.
 
 Where: ``$GRAPHOPT_CACHE_DIR``, else ``$XDG_CACHE_HOME/graphopt`` (``~/.cache/graphopt``).
 What is trusted there:
@@ -11,8 +12,9 @@ What is trusted there:
   digest names it; anything else there (truncated, edited, planted) is replaced first.
 - A module whose import fails on numba's cache files (garbage index or data) has those
   files dropped and is imported once more, so numba rebuilds them; one warning.
-- ``read_json``/``write_json`` keep small documents (timings); a document that does not
-  validate is dropped and rebuilt, with one warning.
+- ``read_json``/``write_json`` keep small documents (kernel timings, contraction paths); a
+  document that does not validate is dropped and rebuilt, with one warning. ``prune`` bounds
+  how many of a kind are kept.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ import tempfile
 import threading
 import warnings
 
-from ..serialize import write_atomic
+from .serialize import write_atomic
 
 _lock = threading.RLock()
 _private: str | None = None   # the per-process fallback directory, once made
@@ -173,7 +175,7 @@ def read_json(name: str, valid) -> object | None:
     if doc is not _INVALID and valid(doc):
         return doc
     warn_once(f"json:{path}", f"kernel cache entry {path} is corrupt or incomplete; "
-              "dropping it and measuring again")
+              "dropping it and building it again")
     try:
         os.unlink(path)
     except OSError:
@@ -184,6 +186,35 @@ def read_json(name: str, valid) -> object | None:
 def write_json(name: str, doc) -> None:
     """Write ``doc`` as JSON to ``name`` in the cache directory, atomically."""
     write_atomic(os.path.join(cache_dir(), name), json.dumps(doc))
+
+
+def remove(name: str) -> None:
+    """Remove ``name`` from the cache directory, if it is there."""
+    try:
+        os.unlink(os.path.join(cache_dir(), name))
+    except OSError:
+        pass
+
+
+def prune(pattern: str, keep: int) -> int:
+    """Keep the ``keep`` most recently written files matching ``pattern`` in the cache
+    directory, removing the rest; how many were removed."""
+    files = glob.glob(os.path.join(cache_dir(), pattern))
+    if len(files) <= keep:
+        return 0
+
+    def mtime(f):
+        try:
+            return os.stat(f).st_mtime
+        except OSError:
+            return 0.0
+    files.sort(key=mtime)
+    for f in files[:len(files) - keep]:
+        try:
+            os.unlink(f)
+        except OSError:
+            pass
+    return len(files) - keep
 
 
 _INVALID = object()

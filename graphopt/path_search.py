@@ -1,0 +1,252 @@
+"""Anytime contraction-path search within a time budget, with a persistent path cache.
+
+``find_path(terms, output, sizes, time_budget=None)`` returns the cheapest path found
+(``paths.Steps``; cost ``Steps.combo``: FLOPs plus 64 per element written) and a record of
+the search. It starts from opt_einsum's greedy path, then runs randomized trials until the
+budget is spent:
+
+- cotengra's hyper-optimizer (``pip install graphopt[networks]``: cotengra, cotengrust,
+  kahypar, optuna) where it is installed and the budget is at least ``HYPER_MIN_SECONDS``
+  (its trials are slower to start but find far better paths on large networks);
+- opt_einsum's random-greedy trials otherwise.
+
+The budget: ``time_budget`` seconds where given (``compile(..., path_time=)``); by default
+``SEARCH_FRACTION`` of the estimated run time of the best path found so far (its combo cost
+at ``COMBO_RATE``), at most ``DEFAULT_MAX_SECONDS``: a network that runs in a millisecond
+is ordered in well under one, an expensive one gets seconds. Under the default budget at
+least ``MIN_TRIALS`` random-greedy trials run (a few milliseconds on a 100-tensor network),
+so a small network's path does not depend on the machine's speed. A trial that has started
+is finished, so a search may overrun its budget by one trial. ``time_budget=0`` is greedy
+alone.
+
+Paths are kept by the network's structure and sizes: in this process (``_MEMO``) and on
+disk beside the kernels (``disk_cache``, ``path_<digest>.json``, at most
+``DISK_ENTRIES`` files, oldest dropped first), so a second compile or a second process does
+no search. An entry is used when it was searched with at least the budget now asked for;
+a corrupt entry, or one whose path does not fit the network, is dropped and searched again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+import time
+from collections import OrderedDict
+from typing import Sequence
+
+from . import disk_cache
+from .errors import GraphError
+from .paths import Steps, combo_cost, play
+
+SEARCH_FRACTION = 0.25
+DEFAULT_MAX_SECONDS = 20.0
+COMBO_RATE = 1e10          # combo cost per second assumed when sizing the default budget
+HYPER_MIN_SECONDS = 0.5    # below this budget, cotengra's trials are not worth starting
+MIN_TRIALS = 8             # random-greedy trials run under the default budget, however small
+CACHE_FORMAT = 1           # part of every key: a change to the search makes new entries
+MEMO_ENTRIES = 256
+DISK_ENTRIES = 4096
+
+_MEMO: OrderedDict = OrderedDict()
+_lock = threading.Lock()
+
+
+def estimated_seconds(steps: Steps) -> float:
+    """Run time of ``steps`` the budget rule assumes: its combo cost at ``COMBO_RATE``."""
+    return steps.combo / COMBO_RATE
+
+
+def default_budget(steps: Steps) -> float:
+    """Seconds of search a path of ``steps`` is worth by default (see the module docstring)."""
+    return min(DEFAULT_MAX_SECONDS, SEARCH_FRACTION * estimated_seconds(steps))
+
+
+def network_key(terms: Sequence[str], output: str, sizes: dict) -> str:
+    """The cache key of a network: its equation with labels renamed in order of first use,
+    and each label's size."""
+    names: dict = {}
+    for c in "".join(terms) + output:
+        names.setdefault(c, len(names))
+    doc = [CACHE_FORMAT, [[names[c] for c in t] for t in terms], [names[c] for c in output],
+           [int(sizes[c]) for c in names]]
+    return hashlib.sha256(json.dumps(doc).encode()).hexdigest()[:32]
+
+
+def _hyper_available() -> bool:
+    try:
+        import cotengra  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def _int_labels(terms, output, sizes):
+    """The network with labels as ints: opt_einsum's greedy walks sets of labels, and a set
+    of strings iterates in an order that changes from process to process (hash seeds), so
+    its ties, and the random trials, would too."""
+    names: dict = {}
+    for c in "".join(terms) + output:
+        names.setdefault(c, len(names))
+    return ([{names[c] for c in t} for t in terms], {names[c] for c in output},
+            {names[c]: sizes[c] for c in names})
+
+
+class _RandomGreedyTrials:
+    """opt_einsum's random-greedy trials (its ``setup``/``trial_fn`` protocol), scored by
+    our combo cost."""
+
+    name = "opt_einsum random-greedy"
+
+    def __init__(self, terms, output, sizes):
+        from opt_einsum import RandomGreedy
+        self._fn, self._args = RandomGreedy().setup(*_int_labels(terms, output, sizes))
+        self._r = 1       # trial 0 is plain greedy, which the search starts from
+
+    def trial(self) -> list[tuple[int, ...]]:
+        from opt_einsum.paths import ssa_to_linear
+        ssa_path, _, _ = self._fn(self._r, *self._args)
+        self._r += 1
+        return [tuple(p) for p in ssa_to_linear(ssa_path)]
+
+
+class _HyperTrials:
+    """cotengra's hyper-optimizer, one trial at a time (it keeps its sampler's state)."""
+
+    name = "cotengra hyper-optimizer"
+
+    def __init__(self, terms, output, sizes):
+        import warnings
+
+        import cotengra
+        with warnings.catch_warnings():   # "kahypar not found: using 'labels'" and the like
+            warnings.simplefilter("ignore")
+            self._opt = cotengra.HyperOptimizer(max_repeats=1, minimize="combo", parallel=False,
+                                                progbar=False, on_trial_error="ignore")
+        self._args = ([tuple(t) for t in terms], tuple(output), dict(sizes))
+
+    def trial(self) -> list[tuple[int, ...]]:
+        import warnings
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            self._opt.search(*self._args)
+        return [tuple(p) for p in self._opt.path]
+
+
+def _greedy(terms, output, sizes) -> Steps:
+    from opt_einsum import paths as oe_paths
+    path = oe_paths.greedy(*_int_labels(terms, output, sizes))
+    return play(terms, output, sizes, path)
+
+
+def search(terms, output, sizes, time_budget: float | None, start: Steps | None = None):
+    """Search without the cache: ``(best steps, record)`` (see the module docstring)."""
+    t0 = time.perf_counter()
+    best = first = _greedy(terms, output, sizes)
+    if start is not None and start.combo < best.combo:
+        best = start
+
+    def budget():
+        return time_budget if time_budget is not None else default_budget(best)
+
+    trials, searcher = 0, "greedy"
+    least = MIN_TRIALS if time_budget is None else 0
+    if len(terms) > 2 and (least or budget() > time.perf_counter() - t0):
+        kind = (_HyperTrials if budget() >= HYPER_MIN_SECONDS and _hyper_available()
+                else _RandomGreedyTrials)
+        runner = kind(terms, output, sizes)
+        searcher = runner.name
+        while trials < least or time.perf_counter() - t0 < budget():
+            trials += 1
+            try:
+                s = play(terms, output, sizes, runner.trial())
+            except GraphError:    # a trial that did not produce a full path
+                continue
+            if s.combo < best.combo:
+                best = s
+    seconds = time.perf_counter() - t0
+    return best, {"searcher": searcher, "trials": trials, "seconds": round(seconds, 4),
+                  "budget_seconds": budget(),
+                  "estimated_run_seconds": estimated_seconds(best),
+                  "greedy_combo": first.combo, "combo": best.combo}
+
+
+def _valid_entry(doc) -> bool:
+    return (isinstance(doc, dict) and isinstance(doc.get("path"), list)
+            and isinstance(doc.get("budget_seconds"), (int, float))
+            and isinstance(doc.get("searcher"), str)
+            and all(isinstance(p, list) and all(isinstance(i, int) for i in p)
+                    for p in doc["path"]))
+
+
+def _cached(key: str, terms, output, sizes):
+    """``(steps, entry)`` kept for ``key`` (this process first, then disk), or None."""
+    with _lock:
+        hit = _MEMO.get(key)
+        if hit is not None:
+            _MEMO.move_to_end(key)
+            return hit
+    doc = disk_cache.read_json(f"path_{key}.json", _valid_entry)
+    if doc is None:
+        return None
+    try:
+        steps = play(terms, output, sizes, doc["path"])
+    except GraphError:
+        disk_cache.remove(f"path_{key}.json")
+        return None
+    if combo_cost(steps.flops, steps.write) != doc.get("combo", steps.combo):
+        disk_cache.remove(f"path_{key}.json")
+        return None
+    _remember(key, steps, doc)
+    return steps, doc
+
+
+def _remember(key: str, steps: Steps, entry: dict) -> None:
+    with _lock:
+        _MEMO[key] = (steps, entry)
+        _MEMO.move_to_end(key)
+        while len(_MEMO) > MEMO_ENTRIES:
+            _MEMO.popitem(last=False)
+
+
+def find_path(terms: Sequence[str], output: str, sizes: dict,
+              time_budget: float | None = None, cache: bool = True) -> tuple[Steps, dict]:
+    """The best path found for ``terms -> output`` within ``time_budget`` seconds (None: the
+    default budget), and a record: searcher, trials, seconds, budget_seconds,
+    estimated_run_seconds, greedy_combo, combo, and ``cache`` ("hit", "miss" or "off")."""
+    terms, sizes = list(terms), {c: int(s) for c, s in sizes.items()}
+    if time_budget is not None and (isinstance(time_budget, bool) or
+                                    not isinstance(time_budget, (int, float)) or
+                                    not 0 <= time_budget < float("inf")):
+        raise GraphError(f"path_time must be a finite number of seconds >= 0, got {time_budget!r}")
+    if not cache:
+        steps, rec = search(terms, output, sizes, time_budget)
+        return steps, dict(rec, cache="off")
+    key = network_key(terms, output, sizes)
+    kept = _cached(key, terms, output, sizes)
+    if kept is not None:
+        steps, entry = kept
+        asked = time_budget if time_budget is not None else default_budget(steps)
+        if entry["budget_seconds"] >= asked:
+            return steps, {"searcher": entry["searcher"], "trials": 0, "seconds": 0.0,
+                           "budget_seconds": entry["budget_seconds"],
+                           "estimated_run_seconds": estimated_seconds(steps),
+                           "greedy_combo": entry.get("greedy_combo", steps.combo),
+                           "combo": steps.combo, "cache": "hit",
+                           "searched_seconds": entry.get("seconds", 0.0)}
+        steps, rec = search(terms, output, sizes, time_budget, start=steps)
+    else:
+        steps, rec = search(terms, output, sizes, time_budget)
+    entry = {"path": [list(p) for p in steps.path], "searcher": rec["searcher"],
+             "budget_seconds": rec["budget_seconds"], "seconds": rec["seconds"],
+             "greedy_combo": rec["greedy_combo"], "combo": steps.combo}
+    _remember(key, steps, entry)
+    disk_cache.write_json(f"path_{key}.json", entry)
+    disk_cache.prune("path_*.json", DISK_ENTRIES)
+    return steps, dict(rec, cache="miss")
+
+
+def clear_memo() -> None:
+    """Forget the paths kept in this process (the disk cache stays)."""
+    with _lock:
+        _MEMO.clear()

@@ -1,0 +1,189 @@
+"""The anytime path search and its cache (graphopt/path_search.py), on networks from
+opt_einsum's and cotengra's generators."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import warnings
+
+import numpy as np
+import opt_einsum
+import pytest
+from opt_einsum.testing import rand_equation
+
+import graphopt as go
+from graphopt import disk_cache, path_search
+from graphopt.errors import GraphError
+from graphopt.paths import play
+
+
+@pytest.fixture
+def cache_dir(tmp_path, monkeypatch):
+    """A fresh, private path cache for one test (nothing kept in this process either)."""
+    d = tmp_path / "cache"
+    d.mkdir(mode=0o700)
+    monkeypatch.setenv("GRAPHOPT_CACHE_DIR", str(d))
+    path_search.clear_memo()
+    yield d
+    path_search.clear_memo()
+
+
+def network(n, seed, reg=3):
+    eq, shapes = rand_equation(n, reg, seed=seed, d_min=2, d_max=5)
+    terms, output = eq.split("->")[0].split(","), eq.split("->")[1]
+    sizes = {c: s for t, sh in zip(terms, shapes) for c, s in zip(t, sh)}
+    return eq, terms, output, sizes, shapes
+
+
+def greedy_steps(terms, output, sizes):
+    return path_search._greedy(terms, output, sizes)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_anytime_path_is_valid_and_no_worse_than_greedy(seed, cache_dir):
+    eq, terms, output, sizes, shapes = network(24, seed)
+    steps, rec = path_search.find_path(terms, output, sizes)
+    again = play(terms, output, sizes, steps.path)          # a full, valid path
+    assert (again.flops, again.write) == (steps.flops, steps.write)
+    assert steps.pairwise
+    assert steps.combo <= greedy_steps(terms, output, sizes).combo == rec["greedy_combo"]
+    assert rec["cache"] == "miss" and rec["trials"] >= path_search.MIN_TRIALS
+    # the FLOPs are opt_einsum's own count of the same path
+    _, info = opt_einsum.contract_path(eq, *shapes, shapes=True, optimize=steps.path)
+    assert int(info.opt_cost) == steps.flops
+
+
+def test_second_search_is_a_cache_hit_in_this_process_and_on_disk(cache_dir):
+    _, terms, output, sizes, _ = network(20, 1)
+    first, rec1 = path_search.find_path(terms, output, sizes)
+    second, rec2 = path_search.find_path(terms, output, sizes)
+    assert rec1["cache"] == "miss" and rec2["cache"] == "hit" and rec2["trials"] == 0
+    assert second.path == first.path
+    path_search.clear_memo()
+    third, rec3 = path_search.find_path(terms, output, sizes)
+    assert rec3["cache"] == "hit" and third.path == first.path
+    files = list(cache_dir.glob("path_*.json"))
+    assert len(files) == 1
+    doc = json.loads(files[0].read_text())
+    assert doc["path"] == [list(p) for p in first.path]
+
+
+def test_relabelled_network_shares_the_entry(cache_dir):
+    _, terms, output, sizes, _ = network(16, 2)
+    _, rec = path_search.find_path(terms, output, sizes)
+    rename = {c: chr(0x4E00 + i) for i, c in enumerate(sorted(sizes))}
+    t2 = ["".join(rename[c] for c in t) for t in terms]
+    s2 = {rename[c]: s for c, s in sizes.items()}
+    _, rec2 = path_search.find_path(t2, "".join(rename[c] for c in output), s2)
+    assert rec["cache"] == "miss" and rec2["cache"] == "hit"
+    # another size is another network
+    s3 = dict(sizes)
+    s3[terms[0][0]] += 1
+    _, rec3 = path_search.find_path(terms, output, s3)
+    assert rec3["cache"] == "miss"
+
+
+def test_a_second_process_finds_the_path_in_the_cache(cache_dir):
+    _, terms, output, sizes, _ = network(20, 3)
+    path_search.find_path(terms, output, sizes)
+    code = ("import json, sys; from graphopt import path_search as p; "
+            "a = json.loads(sys.argv[1]); s, r = p.find_path(a[0], a[1], a[2]); "
+            "print(json.dumps([r['cache'], [list(x) for x in s.path]]))")
+    out = subprocess.run([sys.executable, "-c", code, json.dumps([terms, output, sizes])],
+                         capture_output=True, text=True, check=True,
+                         env=dict(os.environ, GRAPHOPT_CACHE_DIR=str(cache_dir)))
+    cache, path = json.loads(out.stdout)
+    kept = path_search.find_path(terms, output, sizes)[0]
+    assert cache == "hit" and path == [list(p) for p in kept.path]
+
+
+@pytest.mark.parametrize("garbage", ["{not json", json.dumps({"path": "x"}),
+                                     json.dumps({"path": [[0, 99]], "searcher": "greedy",
+                                                 "budget_seconds": 1.0})])
+def test_a_corrupt_or_wrong_entry_is_dropped_and_searched_again(garbage, cache_dir):
+    _, terms, output, sizes, _ = network(14, 4)
+    key = path_search.network_key(terms, output, sizes)
+    (cache_dir / f"path_{key}.json").write_text(garbage)
+    disk_cache._warned.clear()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        steps, rec = path_search.find_path(terms, output, sizes)
+    assert rec["cache"] == "miss" and steps.pairwise
+    doc = json.loads((cache_dir / f"path_{key}.json").read_text())
+    assert doc["path"] == [list(p) for p in steps.path]
+
+
+def test_zero_budget_is_greedy_and_a_larger_budget_searches_on(cache_dir):
+    _, terms, output, sizes, _ = network(30, 5)
+    greedy, rec = path_search.find_path(terms, output, sizes, time_budget=0)
+    assert rec["trials"] == 0 and rec["searcher"] == "greedy"
+    assert greedy.combo == greedy_steps(terms, output, sizes).combo
+    better, rec2 = path_search.find_path(terms, output, sizes, time_budget=0.05)
+    assert rec2["cache"] == "miss" and rec2["trials"] > 0 and rec2["seconds"] >= 0.05
+    assert better.combo <= greedy.combo
+    _, rec3 = path_search.find_path(terms, output, sizes, time_budget=0.01)
+    assert rec3["cache"] == "hit"
+
+
+@pytest.mark.parametrize("bad", [-1, float("nan"), "1s", True])
+def test_bad_budget_is_a_graph_error(bad, cache_dir):
+    _, terms, output, sizes, _ = network(6, 0)
+    with pytest.raises(GraphError, match="path_time"):
+        path_search.find_path(terms, output, sizes, time_budget=bad)
+
+
+def test_default_budget_follows_the_estimated_run_time():
+    _, terms, output, sizes, _ = network(12, 0)
+    s = greedy_steps(terms, output, sizes)
+    assert path_search.default_budget(s) == pytest.approx(
+        path_search.SEARCH_FRACTION * s.combo / path_search.COMBO_RATE)
+    huge = type(s)(s.path, s.steps, 10**30, s.largest, True, 10**20)
+    assert path_search.default_budget(huge) == path_search.DEFAULT_MAX_SECONDS
+
+
+def test_without_cotengra_the_search_runs_random_greedy(cache_dir, monkeypatch):
+    monkeypatch.setattr(path_search, "_hyper_available", lambda: False)
+    _, terms, output, sizes, _ = network(20, 6)
+    _, rec = path_search.find_path(terms, output, sizes, time_budget=0.6, cache=False)
+    assert rec["searcher"] == "opt_einsum random-greedy" and rec["cache"] == "off"
+
+
+def test_with_cotengra_a_large_budget_runs_its_hyper_optimizer(cache_dir):
+    pytest.importorskip("cotengra")
+    _, terms, output, sizes, _ = network(30, 7)
+    steps, rec = path_search.find_path(terms, output, sizes, time_budget=0.6)
+    assert rec["searcher"] == "cotengra hyper-optimizer" and rec["trials"] >= 1
+    assert steps.pairwise and steps.combo <= rec["greedy_combo"]
+
+
+# ------------------------------------------------------------------------- through compile
+
+
+def cotengra_networks():
+    ctg = pytest.importorskip("cotengra")
+    yield "lattice", ctg.utils.lattice_equation([4, 5], d_max=3, seed=0)
+    yield "randreg", ctg.utils.randreg_equation(24, 3, d_min=2, d_max=3, seed=1)
+    yield "tree", ctg.utils.tree_equation(20, d_min=2, d_max=3, seed=2)
+    yield "hyper", ctg.utils.rand_equation(20, 3, n_out=2, n_hyper_in=2, n_hyper_out=1,
+                                           d_min=2, d_max=3, seed=3)
+
+
+@pytest.mark.parametrize("which", ["lattice", "randreg", "tree", "hyper"])
+def test_cotengra_networks_compile_and_match_opt_einsum(which, cache_dir):
+    inputs, output, shapes, _ = dict(cotengra_networks())[which]
+    rng = np.random.default_rng(0)
+    arrays = [rng.uniform(-1, 1, s) for s in shapes]
+    eq = ",".join("".join(t) for t in inputs) + "->" + "".join(output)
+    expected = opt_einsum.contract(eq, *arrays, optimize="greedy")
+    g = go.Graph(which)
+    ins = [g.input(f"x{i}", s) for i, s in enumerate(shapes)]
+    g.output(go.einsum(eq, *ins))
+    plan = go.compile(g, backend="numpy", cache=False)
+    got = plan(*arrays)
+    np.testing.assert_allclose(got, expected, rtol=1e-9, atol=1e-12 * np.abs(expected).max())
+    group = plan.report["contraction"].details["groups"][0]
+    assert group["search"]["combo"] <= group["search"]["greedy_combo"]
+    assert "contraction groups" in str(plan.report)
