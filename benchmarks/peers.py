@@ -5,11 +5,17 @@ Every peer is imported lazily; one that is not installed is skipped with a note.
 
 from __future__ import annotations
 
+import inspect
 import time
+import warnings
 
 import numpy as np
 
-PEERS = ("graphopt", "numpy", "opt_einsum", "numexpr", "numba", "jax", "torch", "torch.compile")
+PEERS = ("graphopt", "numpy", "opt_einsum", "cotengra", "numexpr", "numba", "jax", "torch",
+         "torch.compile")
+
+
+COTENGRA_SECONDS = 2.0   # the cotengra peer's path-search budget
 
 
 class Skip(Exception):
@@ -55,6 +61,19 @@ def make(peer: str, w, compile_kwargs: dict):
         t0 = time.perf_counter()
         fn = w.opt_einsum(w.inputs)
         return (lambda *a: fn(**dict(zip(names, a)))), arrays, ident, time.perf_counter() - t0, ""
+    if peer == "cotengra":
+        # opt_einsum executing the path cotengra's hyper-optimizer finds in COTENGRA_SECONDS
+        if w.opt_einsum is None or "optimize" not in inspect.signature(w.opt_einsum).parameters:
+            raise Skip("no multi-operand contraction to order")
+        ctg = _require("cotengra")
+        t0 = time.perf_counter()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            opt = ctg.HyperOptimizer(max_time=COTENGRA_SECONDS, minimize="combo",
+                                     progbar=False, parallel=False)
+            fn = w.opt_einsum(w.inputs, optimize=opt)
+        return (lambda *a: fn(**dict(zip(names, a)))), arrays, ident, \
+            time.perf_counter() - t0, f"opt_einsum on cotengra's path ({COTENGRA_SECONDS} s search)"
     if peer == "numexpr":
         if w.numexpr is None:
             raise Skip("elementwise workload only")

@@ -105,9 +105,10 @@ def chain(scale: float = 1.0) -> Workload:
     def xp(m, a, b, c, d, e):
         return (((a @ b) @ c) @ d) @ e
 
-    def oe(inp):
+    def oe(inp, optimize="auto"):
         import opt_einsum as oe
-        expr = oe.contract_expression("ij,jk,kl,lm,mn->in", *(v.shape for v in inp.values()))
+        expr = oe.contract_expression("ij,jk,kl,lm,mn->in", *(v.shape for v in inp.values()),
+                                      optimize=optimize)
         return lambda a, b, c, d, e: expr(a, b, c, d, e)
 
     return _peers_of(base, numpy, oe, xp, tags={"contraction"})
@@ -131,10 +132,10 @@ def mps_ring(scale: float = 1.0, sites: int = 12, bond: int = 32, phys: int = 2)
     def xp(m, **kw):
         return m.einsum(equation, *with_conjugates(m.conj, kw.values()))
 
-    def oe(inp):
+    def oe(inp, optimize="auto"):
         import opt_einsum as oe
         expr = oe.contract_expression(equation, *(v.shape for v in inp.values()
-                                                  for _ in range(2)))
+                                                  for _ in range(2)), optimize=optimize)
         return lambda **kw: expr(*with_conjugates(np.conj, kw.values()))
 
     return _peers_of(base, numpy, oe, xp, tags={"contraction"})

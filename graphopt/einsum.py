@@ -13,6 +13,8 @@ letters for the IR, after the implicit output has been ordered by the user's lab
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import itertools
 import math
 from dataclasses import dataclass
@@ -105,6 +107,20 @@ def _fresh_labels(used: set, n: int) -> list[str]:
 
 
 def parse(equation: str, shapes: Sequence[Sequence[int]]) -> EinsumSpec:
+    """Validate ``equation`` against operand ``shapes`` and return its IR form (see
+    ``_parse``; the IR verifier asks again after every pass, so answers are memoized)."""
+    if not isinstance(equation, str):
+        raise EinsumError(f"equation must be a str, got {type(equation).__name__}")
+    spec = _parse_memo(equation, tuple(tuple(int(d) for d in s) for s in shapes))
+    return dataclasses.replace(spec, sizes=dict(spec.sizes))
+
+
+@functools.lru_cache(maxsize=4096)
+def _parse_memo(equation: str, shapes: tuple) -> EinsumSpec:
+    return _parse(equation, shapes)
+
+
+def _parse(equation: str, shapes: Sequence[Sequence[int]]) -> EinsumSpec:
     """Validate ``equation`` against operand ``shapes`` and return its IR form.
 
     Follows ``numpy.einsum``: implicit output (labels seen once, in code-point order, after

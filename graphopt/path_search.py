@@ -3,21 +3,19 @@
 ``find_path(terms, output, sizes, time_budget=None)`` returns the cheapest path found
 (``paths.Steps``; cost ``Steps.combo``: FLOPs plus 64 per element written) and a record of
 the search. It starts from opt_einsum's greedy path, then runs randomized trials until the
-budget is spent:
-
-- cotengra's hyper-optimizer (``pip install graphopt[networks]``: cotengra, cotengrust,
-  kahypar, optuna) where it is installed and the budget is at least ``HYPER_MIN_SECONDS``
-  (its trials are slower to start but find far better paths on large networks);
-- opt_einsum's random-greedy trials otherwise.
+budget is spent: opt_einsum's random-greedy trials, then, where the budget is at least
+``HYPER_MIN_SECONDS`` and it is installed (``pip install graphopt[networks]``: cotengra,
+cotengrust, kahypar, optuna), cotengra's hyper-optimizer with every trial refined by subtree
+reconfiguration (slower to start, but far better paths on large networks).
 
 The budget: ``time_budget`` seconds where given (``compile(..., path_time=)``); by default
 ``SEARCH_FRACTION`` of the estimated run time of the best path found so far (its combo cost
 at ``COMBO_RATE``), at most ``DEFAULT_MAX_SECONDS``: a network that runs in a millisecond
-is ordered in well under one, an expensive one gets seconds. Under the default budget at
-least ``MIN_TRIALS`` random-greedy trials run (a few milliseconds on a 100-tensor network),
-so a small network's path does not depend on the machine's speed. A trial that has started
-is finished, so a search may overrun its budget by one trial. ``time_budget=0`` is greedy
-alone.
+is ordered in well under one, an expensive one gets seconds. Unless the budget is 0 (greedy
+alone), ``MIN_TRIALS`` random-greedy trials run first, however small the budget (a few
+milliseconds on a 100-tensor network), so a small network's path does not depend on the
+machine's speed. A trial that has started is finished, so a search may overrun its budget
+by one trial.
 
 Paths are kept by the network's structure and sizes: in this process (``_MEMO``) and on
 disk beside the kernels (``disk_cache``, ``path_<digest>.json``, at most
@@ -43,6 +41,7 @@ SEARCH_FRACTION = 0.25
 DEFAULT_MAX_SECONDS = 20.0
 COMBO_RATE = 1e10          # combo cost per second assumed when sizing the default budget
 HYPER_MIN_SECONDS = 0.5    # below this budget, cotengra's trials are not worth starting
+HYPER_CHUNK_SECONDS = 0.25  # cotengra runs this long between checks of the budget
 MIN_TRIALS = 8             # random-greedy trials run under the default budget, however small
 CACHE_FORMAT = 1           # part of every key: a change to the search makes new entries
 MEMO_ENTRIES = 256
@@ -103,15 +102,20 @@ class _RandomGreedyTrials:
         self._fn, self._args = RandomGreedy().setup(*_int_labels(terms, output, sizes))
         self._r = 1       # trial 0 is plain greedy, which the search starts from
 
-    def trial(self) -> list[tuple[int, ...]]:
+    def trial(self, seconds_left: float) -> list[tuple[int, ...]]:
         from opt_einsum.paths import ssa_to_linear
         ssa_path, _, _ = self._fn(self._r, *self._args)
         self._r += 1
         return [tuple(p) for p in ssa_to_linear(ssa_path)]
 
+    @property
+    def trials(self) -> int:
+        return self._r - 1
+
 
 class _HyperTrials:
-    """cotengra's hyper-optimizer, one trial at a time (it keeps its sampler's state)."""
+    """cotengra's hyper-optimizer with subtree reconfiguration of every trial, run in chunks
+    of at most ``HYPER_CHUNK_SECONDS`` (it keeps its sampler's state between them)."""
 
     name = "cotengra hyper-optimizer"
 
@@ -121,16 +125,22 @@ class _HyperTrials:
         import cotengra
         with warnings.catch_warnings():   # "kahypar not found: using 'labels'" and the like
             warnings.simplefilter("ignore")
-            self._opt = cotengra.HyperOptimizer(max_repeats=1, minimize="combo", parallel=False,
+            self._opt = cotengra.HyperOptimizer(max_repeats=10**9, minimize="combo",
+                                                reconf_opts={}, parallel=False,
                                                 progbar=False, on_trial_error="ignore")
         self._args = ([tuple(t) for t in terms], tuple(output), dict(sizes))
 
-    def trial(self) -> list[tuple[int, ...]]:
+    def trial(self, seconds_left: float) -> list[tuple[int, ...]]:
         import warnings
+        self._opt.max_time = max(1e-3, min(seconds_left, HYPER_CHUNK_SECONDS))
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             self._opt.search(*self._args)
         return [tuple(p) for p in self._opt.path]
+
+    @property
+    def trials(self) -> int:
+        return len(self._opt.scores)
 
 
 def _greedy(terms, output, sizes) -> Steps:
@@ -149,21 +159,30 @@ def search(terms, output, sizes, time_budget: float | None, start: Steps | None 
     def budget():
         return time_budget if time_budget is not None else default_budget(best)
 
-    trials, searcher = 0, "greedy"
-    least = MIN_TRIALS if time_budget is None else 0
-    if len(terms) > 2 and (least or budget() > time.perf_counter() - t0):
-        kind = (_HyperTrials if budget() >= HYPER_MIN_SECONDS and _hyper_available()
-                else _RandomGreedyTrials)
-        runner = kind(terms, output, sizes)
-        searcher = runner.name
-        while trials < least or time.perf_counter() - t0 < budget():
-            trials += 1
+    def elapsed():
+        return time.perf_counter() - t0
+
+    def run(runner, least, until_budget):
+        nonlocal best
+        while runner.trials < least or until_budget and elapsed() < budget():
             try:
-                s = play(terms, output, sizes, runner.trial())
+                s = play(terms, output, sizes, runner.trial(budget() - elapsed()))
             except GraphError:    # a trial that did not produce a full path
                 continue
             if s.combo < best.combo:
                 best = s
+        return runner.trials
+
+    trials, searcher = 0, "greedy"
+    if len(terms) > 2 and time_budget != 0:
+        # random-greedy first (cheap, and on some networks hard to beat), then cotengra's
+        # hyper-optimizer where the budget is worth it
+        hyper = budget() >= HYPER_MIN_SECONDS and _hyper_available()
+        trials = run(_RandomGreedyTrials(terms, output, sizes), MIN_TRIALS, not hyper)
+        searcher = _RandomGreedyTrials.name
+        if hyper and elapsed() < budget():
+            trials += run(_HyperTrials(terms, output, sizes), 0, True)
+            searcher = f"{_RandomGreedyTrials.name}, then {_HyperTrials.name}"
     seconds = time.perf_counter() - t0
     return best, {"searcher": searcher, "trials": trials, "seconds": round(seconds, 4),
                   "budget_seconds": budget(),

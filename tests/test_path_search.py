@@ -155,7 +155,7 @@ def test_with_cotengra_a_large_budget_runs_its_hyper_optimizer(cache_dir):
     pytest.importorskip("cotengra")
     _, terms, output, sizes, _ = network(30, 7)
     steps, rec = path_search.find_path(terms, output, sizes, time_budget=0.6)
-    assert rec["searcher"] == "cotengra hyper-optimizer" and rec["trials"] >= 1
+    assert rec["searcher"].endswith("cotengra hyper-optimizer") and rec["trials"] > 8
     assert steps.pairwise and steps.combo <= rec["greedy_combo"]
 
 

@@ -1,0 +1,308 @@
+"""Tensor networks from generators nobody on the team wrote: path cost, search and run time.
+
+    python -m benchmarks.networks [--budget 2] [--instances lattice,mps_norm]
+                                  [--json F] [--mode both|pinned|default]
+
+Instances come from cotengra's generators (lattice, random-regular, tree, hyper), the
+einsum-benchmark package (an MPS product) and quimb (an MPS norm, an MPS-MPO-MPS energy, a
+PEPS norm, a random circuit amplitude), each skipped with a note where its package is
+missing. For each, in one process:
+
+- path cost (FLOPs as opt_einsum counts them) of opt_einsum's greedy order, of cotengra's
+  hyper-optimizer given ``--budget`` seconds, and of graphopt's anytime search given the
+  same budget (``path_search.find_path``) and at its default budget;
+- graphopt end to end at default settings (``go.compile`` in an empty cache, then one call:
+  path search and numba compilation included), again as a second process would (path and
+  kernels from the disk cache), its path-search seconds and the median call; opt_einsum
+  executing cotengra's path (median call); quimb's own ``contract`` where the network is
+  quimb's (median call, end to end);
+- the largest relative difference of graphopt's result from opt_einsum's, float64/complex128.
+
+``--mode both`` (the default) runs the instances once pinned to one core with one thread per
+library, once at the libraries' defaults, each in a child process (as ``benchmarks.run``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import warnings
+
+from .run import _pin_to_one_core
+
+# --------------------------------------------------------------------------- the instances
+
+
+def _from_cotengra(which):
+    import cotengra as ctg
+
+    make = {
+        "lattice": lambda: ctg.utils.lattice_equation([10, 10], d_min=2, d_max=4, seed=0),
+        "randreg": lambda: ctg.utils.randreg_equation(80, 3, d_min=2, d_max=2, seed=1),
+        "tree": lambda: ctg.utils.tree_equation(150, d_min=2, d_max=4, seed=2),
+        "hyper": lambda: ctg.utils.rand_equation(60, 3, n_out=2, n_hyper_in=4, n_hyper_out=1,
+                                                 d_min=2, d_max=3, seed=3),
+    }[which]
+    inputs, output, shapes, _ = make()
+    eq = ",".join("".join(t) for t in inputs) + "->" + "".join(output)
+    return eq, _random_arrays(shapes, seed=len(inputs)), None
+
+
+def _random_arrays(shapes, seed, dtype="float64"):
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    # entries of unit mean square scaled down per tensor, so that products of hundreds of
+    # tensors stay in range
+    return [rng.normal(size=s).astype(dtype) / math.sqrt(max(1, math.prod(s)) ** 0.5)
+            for s in shapes]
+
+
+def _mps_product():
+    from einsum_benchmark.generators.quantum_computing.mps_product import matrix_product_state
+
+    eq, shapes = matrix_product_state(n=100, phys_dim_min=2, phys_dim_max=4, bond_dim=16,
+                                      seed=0)
+    return eq, _random_arrays(shapes, seed=4), None
+
+
+def _quimb_tn(which):
+    import numpy as np
+    import quimb.tensor as qtn
+
+    if which == "mps_norm":
+        psi = qtn.MPS_rand_state(60, 32, dtype="complex128", seed=0)
+        tn = psi.H & psi
+    elif which == "mps_mpo_mps":
+        psi = qtn.MPS_rand_state(40, 32, seed=1)
+        bra, mpo, ket = qtn.tensor_network_align(psi.H, qtn.MPO_ham_heis(40), psi)
+        tn = bra & mpo & ket
+    elif which == "peps_norm":
+        tn = qtn.PEPS.rand(5, 5, bond_dim=3, seed=2).make_norm()
+    else:   # a random 1D circuit's amplitude: U3 layers and CZ bricks (hyper indices)
+        n, depth = 20, 10
+        circ = qtn.Circuit(n)
+        rng = np.random.default_rng(3)
+        for d in range(depth):
+            for q in range(n):
+                circ.apply_gate("U3", *rng.uniform(0, 2 * np.pi, 3), q)
+            for q in range(d % 2, n - 1, 2):
+                circ.apply_gate("CZ", q, q + 1)
+        tn = circ.amplitude_tn("0" * n)
+    eq = tn.get_equation(output_inds=())
+    return eq, [np.asarray(t.data) for t in tn], tn
+
+
+def _instance(description, make, *args):
+    return description, lambda: make(*args)
+
+
+INSTANCES = {
+    "lattice": _instance("cotengra lattice_equation 10x10, bonds 2-4", _from_cotengra, "lattice"),
+    "randreg": _instance("cotengra randreg_equation 80 tensors, degree 3", _from_cotengra,
+                         "randreg"),
+    "tree": _instance("cotengra tree_equation 150 tensors", _from_cotengra, "tree"),
+    "hyper": _instance("cotengra rand_equation 60 tensors, hyper indices", _from_cotengra,
+                       "hyper"),
+    "mps_product": _instance("einsum-benchmark matrix_product_state n=100", _mps_product),
+    "mps_norm": _instance("quimb MPS norm, 60 sites, bond 32, complex", _quimb_tn, "mps_norm"),
+    "mps_mpo_mps": _instance("quimb MPS-MPO-MPS Heisenberg energy, 40 sites, bond 32",
+                             _quimb_tn, "mps_mpo_mps"),
+    "peps_norm": _instance("quimb PEPS norm 5x5, bond 3", _quimb_tn, "peps_norm"),
+    "circuit": _instance("quimb random circuit amplitude, 20 qubits, depth 10", _quimb_tn,
+                         "circuit"),
+}
+
+# ------------------------------------------------------------------------------- measuring
+
+
+def _median_call(fn, min_time=0.5, min_repeat=3, max_repeat=200) -> float:
+    fn()
+    times, start = [], time.perf_counter()
+    while len(times) < min_repeat or (time.perf_counter() - start < min_time
+                                      and len(times) < max_repeat):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def _terms(eq):
+    ins, out = eq.split("->")
+    return ins.split(","), out
+
+
+def _cotengra_path(eq, sizes, budget):
+    import cotengra as ctg
+
+    terms, out = _terms(eq)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        opt = ctg.HyperOptimizer(max_time=budget, max_repeats=10**6, minimize="combo",
+                                 progbar=False, parallel=False)
+        t0 = time.perf_counter()
+        opt.search([tuple(t) for t in terms], tuple(out), sizes)
+        return [tuple(p) for p in opt.path], time.perf_counter() - t0
+
+
+def measure(name: str, budget: float) -> dict:
+    """Every figure of one instance (see the module docstring)."""
+    import numpy as np
+    import opt_einsum
+
+    import graphopt as go
+    from graphopt import path_search
+    from graphopt.paths import label_sizes, play
+
+    eq, arrays, tn = INSTANCES[name][1]()
+    terms, out = _terms(eq)
+    sizes = label_sizes(eq, [a.shape for a in arrays])
+    row = {"instance": name, "description": INSTANCES[name][0], "tensors": len(terms),
+           "labels": len(sizes), "dtype": str(arrays[0].dtype)}
+
+    def cost(path):
+        s = play(terms, out, sizes, path)
+        return {"flops": s.flops, "combo": s.combo, "largest": s.largest}
+
+    greedy = path_search._greedy(terms, out, sizes)
+    row["greedy"] = cost(greedy.path)
+    ctg_path, ctg_s = _cotengra_path(eq, sizes, budget)
+    row["cotengra"] = dict(cost(ctg_path), search_seconds=ctg_s)
+    same, rec = path_search.find_path(terms, out, sizes, time_budget=budget, cache=False)
+    row["graphopt_same_budget"] = dict(cost(same.path), search_seconds=rec["seconds"],
+                                       searcher=rec["searcher"], trials=rec["trials"])
+
+    with tempfile.TemporaryDirectory() as cache:     # an empty path and kernel cache
+        os.environ["GRAPHOPT_CACHE_DIR"] = cache
+        path_search.clear_memo()
+        g = go.Graph(name)
+        ins = [g.input(f"t{i}", a.shape, str(a.dtype)) for i, a in enumerate(arrays)]
+        g.output(go.einsum(eq, *ins))
+        t0 = time.perf_counter()
+        plan = go.compile(g, cache=False)
+        compile_s = time.perf_counter() - t0
+        got = plan(*arrays)
+        end_to_end = time.perf_counter() - t0
+        group = plan.report["contraction"].details["groups"][0]
+        search = group.get("search", {})
+        run_s = _median_call(lambda: plan(*arrays))
+        path_search.clear_memo()   # as a second process: the path and kernels from disk
+        t0 = time.perf_counter()
+        go.compile(g, cache=False)(*arrays)
+        again = time.perf_counter() - t0
+        del os.environ["GRAPHOPT_CACHE_DIR"]
+    row["graphopt"] = {"flops": group["flops_after"], "search_seconds": search.get("seconds"),
+                       "searcher": search.get("searcher", group["optimizer"]),
+                       "compile_seconds": compile_s, "end_to_end_seconds": end_to_end,
+                       "second_process_end_to_end_seconds": again, "run_seconds": run_s}
+    expr = opt_einsum.contract_expression(eq, *(a.shape for a in arrays), optimize=ctg_path)
+    ref = expr(*arrays)
+    row["opt_einsum_cotengra_path_run_seconds"] = _median_call(lambda: expr(*arrays))
+    scale = max(float(np.max(np.abs(ref))), 1e-300)
+    row["max_rel_diff"] = float(np.max(np.abs(np.asarray(got) - ref)) / scale)
+    if tn is not None:
+        def quimb_contract():
+            return tn.contract(all, output_inds=())
+        t0 = time.perf_counter()
+        quimb_contract()
+        row["quimb_end_to_end_seconds"] = time.perf_counter() - t0
+        row["quimb_run_seconds"] = _median_call(quimb_contract)
+    return row
+
+
+# --------------------------------------------------------------------------------- tables
+
+
+def _g(x):
+    return "–" if x is None else f"{x:.3g}"
+
+
+def table(rows: list[dict]) -> str:
+    """Markdown: path FLOPs (greedy, cotengra and graphopt at the same budget, graphopt at
+    its default) and times (search, run, end to end) against the peers."""
+    out = ["| instance | tensors / labels | greedy FLOPs | cotengra FLOPs | graphopt FLOPs "
+           "(same budget) | graphopt FLOPs (default) | graphopt search s | graphopt run ms "
+           "| oe + cotengra path run ms | graphopt end to end s (first / cached) "
+           "| quimb end to end s | max rel diff |",
+           "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        if "skipped" in r:
+            out.append(f"| {r['instance']} | skipped: {r['skipped']} |" + " |" * 10)
+            continue
+        go_ = r["graphopt"]
+        out.append(
+            f"| {r['instance']} | {r['tensors']} / {r['labels']} | {_g(r['greedy']['flops'])} "
+            f"| {_g(r['cotengra']['flops'])} | {_g(r['graphopt_same_budget']['flops'])} "
+            f"| {_g(go_['flops'])} | {_g(go_['search_seconds'])} "
+            f"| {_g(go_['run_seconds'] * 1e3)} "
+            f"| {_g(r['opt_einsum_cotengra_path_run_seconds'] * 1e3)} "
+            f"| {_g(go_['end_to_end_seconds'])} / {_g(go_['second_process_end_to_end_seconds'])} "
+            f"| {_g(r.get('quimb_end_to_end_seconds'))} "
+            f"| {r['max_rel_diff']:.1e} |")
+    done = [r for r in rows if "skipped" not in r]
+    if done:
+        ratio = [r["graphopt_same_budget"]["flops"] / r["cotengra"]["flops"] for r in done]
+        gm = math.exp(sum(map(math.log, ratio)) / len(ratio))
+        out.append(f"\ngraphopt / cotengra path FLOPs at the same budget: geometric mean "
+                   f"{gm:.3f}, worst {max(ratio):.3f}")
+    return "\n".join(out)
+
+
+def _run(args) -> list[dict]:
+    rows = []
+    for name in args.instances:
+        try:
+            rows.append(measure(name, args.budget))
+        except ImportError as e:
+            rows.append({"instance": name, "skipped": f"{e.name} is not installed"})
+        print(json.dumps(rows[-1], default=str), flush=True)
+    return rows
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m benchmarks.networks", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--instances", default=",".join(INSTANCES))
+    p.add_argument("--budget", type=float, default=2.0, help="path-search seconds given to "
+                   "cotengra and to graphopt for the same-budget comparison")
+    p.add_argument("--mode", choices=("both", "pinned", "default"), default="both")
+    p.add_argument("--json", default=None)
+    args = p.parse_args(argv)
+    args.instances = args.instances.split(",")
+    if args.mode == "both":
+        results = {}
+        for mode in ("pinned", "default"):
+            with tempfile.NamedTemporaryFile(suffix=".json") as f:
+                print(f"\n######## {mode}", flush=True)
+                rc = subprocess.run([sys.executable, "-m", "benchmarks.networks", "--mode", mode,
+                                     "--budget", str(args.budget), "--instances",
+                                     ",".join(args.instances), "--json", f.name],
+                                    cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+                if rc.returncode:
+                    return rc.returncode
+                results[mode] = json.load(open(f.name))
+        for mode, rows in results.items():
+            print(f"\n{mode} ({'one core' if mode == 'pinned' else 'default threads'}), "
+                  f"budget {args.budget} s:\n{table(rows)}")
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump(results, f, indent=1, default=str)
+        return 0
+    if args.mode == "pinned":
+        _pin_to_one_core()
+    rows = _run(args)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(rows, f, indent=1, default=str)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
