@@ -188,6 +188,7 @@ def compile(graph, backend: str = "auto", opt_level: int = 2, memory_limit=None,
                                       opt_level=opt_level, records=records,
                                       source_graph=source, graph=optimized)
     plan = backend_obj.build_plan(optimized, source, ctx, report)
+    _check_held_values(plan, memory_limit)
     report.attach_plan(plan)
     report.compile_seconds = time.perf_counter() - t0
     if cacheable:
@@ -195,6 +196,29 @@ def compile(graph, backend: str = "auto", opt_level: int = 2, memory_limit=None,
             _CACHE[key] = plan
             _bound_cache()
     return plan
+
+
+def _check_held_values(plan, memory_limit) -> None:
+    """Under ``memory_limit``, no value the plan holds in its arena and no step's workspace
+    may exceed the limit on its own (a sliced contraction's slices are bounded by the
+    slicing pass): such a plan is refused before it runs, naming the value. The whole
+    predicted peak (arena plus workspace) is reported, not yet bounded."""
+    if memory_limit is None or not hasattr(plan, "predicted_peak_bytes"):
+        return
+    held = [(s.nbytes, "holds", s) for s in plan.steps if s.offset is not None]
+    held += [(s.workspace_bytes, "needs as workspace", s) for s in plan.steps
+             if not s.kernel.details.get("slices") and s.kernel.impl != "numpy-sliced"]
+    nbytes, what, s = max(held, key=lambda h: h[0], default=(0, "", None))
+    if nbytes <= memory_limit:
+        return
+    raise GraphError(
+        f"memory_limit={memory_limit} bytes cannot be met: step {s.index} {s.name} ({s.kernel.impl}"
+        f", {s.dtype}{list(s.shape)}) {what} {nbytes} bytes on its own (the plan's predicted "
+        f"peak is {plan.predicted_peak_bytes} bytes). graphopt orders and slices the "
+        "intermediates inside a contraction to fit the limit; a value that other ops read "
+        "whole cannot be sliced. Raise memory_limit, or split the computation",
+        op=s.op_kinds[0] if s.op_kinds else None, src=s.srcs[0] if s.srcs else None,
+        node=s.node)
 
 
 def _bound_cache() -> None:

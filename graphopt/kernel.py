@@ -20,7 +20,11 @@ class Kernel:
     ``source`` is readable code (generated source, or the library call it makes) and
     ``impl`` names the implementation chosen (e.g. ``numpy``, ``blas-gemm``, ``numba-fused``).
     ``uses_threads``: the kernel spreads over the call's threads (BLAS, parallel loops or
-    blocks); otherwise it runs on the calling thread alone.
+    blocks); otherwise it runs on the calling thread alone. ``workspace_bytes``: the most
+    memory one call allocates beside ``out`` and frees before it returns (transposed operand
+    copies, per-slice intermediates): the plan's predicted peak adds the largest to the
+    arena. ``workspace_is_result``: that workspace is the result itself, computed and then
+    copied into ``out`` (none where the step writes an output, which gets it as it is).
     """
 
     name: str
@@ -30,6 +34,8 @@ class Kernel:
     node: int | None = None
     details: dict = field(default_factory=dict)
     uses_threads: bool = False
+    workspace_bytes: int = 0
+    workspace_is_result: bool = False
 
     def __repr__(self) -> str:
         return f"Kernel({self.name!r}, impl={self.impl!r})"
@@ -57,6 +63,13 @@ class Step:
     @property
     def nbytes(self) -> int:
         return math.prod(self.shape) * np.dtype(self.dtype).itemsize
+
+    @property
+    def workspace_bytes(self) -> int:
+        """What the kernel allocates beside its result during this step."""
+        if self.kernel.workspace_is_result and self.offset is None:
+            return 0
+        return self.kernel.workspace_bytes
 
 
 def step_error(step: "Step", e: Exception) -> GraphError:

@@ -144,6 +144,19 @@ class Plan(StepsIntrospection):
                 "pool": self.pool.stats.to_dict()}
 
     @property
+    def workspace_step(self):
+        """The step whose kernel holds the most workspace (``Kernel.workspace_bytes``), or
+        None for a plan without steps."""
+        return max(self.steps, key=lambda s: s.workspace_bytes, default=None)
+
+    @property
+    def predicted_peak_bytes(self) -> int:
+        """The plan's peak working memory per call: the arena plus the largest step
+        workspace (inputs and outputs not counted). ``memory_limit`` bounds it."""
+        s = self.workspace_step
+        return self.arena_bytes + (s.workspace_bytes if s is not None else 0)
+
+    @property
     def idle_arena_bytes(self) -> int:
         """Bytes of the arenas this plan keeps for its next calls (none checked out)."""
         return len(self._free) * self.arena_bytes

@@ -50,6 +50,9 @@ class OptimizationReport:
         m = plan.memory
         self.memory = {"naive_bytes": m.naive_bytes, "planned_bytes": m.planned_bytes,
                        "lower_bound_bytes": m.lower_bound_bytes, "arena_bytes": plan.arena_bytes}
+        if hasattr(plan, "predicted_peak_bytes"):
+            self.memory["predicted_peak_bytes"] = plan.predicted_peak_bytes
+            self.memory["workspace_bytes"] = plan.predicted_peak_bytes - plan.arena_bytes
         self.kernels = [{"step": s.index, "name": s.name, "impl": s.kernel.impl,
                          "ops": list(s.op_kinds), "shape": list(s.shape), "dtype": s.dtype,
                          "flops": s.flops, "bytes": s.bytes,
@@ -113,6 +116,10 @@ class OptimizationReport:
             m = self.memory
             lines.append(f"  memory: naive {_mb(m['naive_bytes'])} -> planned "
                          f"{_mb(m['planned_bytes'])} (lower bound {_mb(m['lower_bound_bytes'])})")
+            if "predicted_peak_bytes" in m:
+                lines.append(f"  predicted peak per call: {_mb(m['predicted_peak_bytes'])} "
+                             f"(arena {_mb(m['arena_bytes'])} + largest step workspace "
+                             f"{_mb(m['workspace_bytes'])}; inputs and outputs not counted)")
             measured = self.measured_memory()
             if measured and measured["arenas_created"]:
                 lines.append(f"  memory measured: high water {_mb(measured['high_water_bytes'])}"

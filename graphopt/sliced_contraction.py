@@ -73,6 +73,21 @@ def slice_cost(steps, n_terms: int, output: str, sizes: dict,
                      math.prod(parts.values()), tuple(results))
 
 
+def contraction_workspace_bytes(equation: str, shapes, path, slices, blocks,
+                                itemsize: int) -> int:
+    """What ``sliced_contract`` holds at once beside its result: one slice's live
+    intermediates. Not counted: the operand copies ``tensordot`` makes inside a step (on a
+    4x5 lattice at bond 6 a run measured 82 KB against 36 KB predicted)."""
+    terms, output = split_equation(equation)
+    sizes = label_sizes(equation, shapes)
+    if path is None:
+        path = default_path(equation, shapes)
+    steps = play_path(terms, output, path)
+    blocks = [1] * len(slices) if blocks is None else list(blocks)
+    blocks = {c: b for c, b in zip(slices, blocks) if c in sizes}
+    return slice_cost(steps, len(terms), output, sizes, blocks).working * itemsize
+
+
 @dataclass(frozen=True)
 class SlicePlan:
     """The slicing chosen for one contraction.

@@ -77,3 +77,48 @@ def test_profile_counts_the_threads_of_the_call(plan, rng):
     prof = plan.profile(rng.random((8, 4)), rng.random((4, 3)), repeat=2)
     assert len(prof.events) == 2 * len(plan.steps)
     assert all(e.threads >= 1 and e.cpu_ns >= 0 for e in prof.events)
+
+
+# ------------------------------------------------------------- memory_limit and the peak
+
+
+def outer_then_sum_graph(n=3000):
+    g = go.Graph("outer")
+    a, b = g.input("a", (n,)), g.input("b", (n,))
+    g.output((go.einsum("i,j->ij", a, b) * 2.0).sum())
+    return g
+
+
+@pytest.mark.parametrize("backend", ["numpy", "numba"])
+def test_a_value_over_the_memory_limit_is_refused_before_running(backend):
+    g = outer_then_sum_graph()
+    with pytest.raises(go.GraphError) as e:
+        go.compile(g, backend=backend, memory_limit=2**20, cache=False)
+    msg = str(e.value)
+    assert "memory_limit=1048576 bytes cannot be met" in msg
+    assert "float64[3000, 3000]) holds 72000000 bytes on its own" in msg
+    assert e.value.op == "einsum" and "test_plan.py" in e.value.src
+    plan = go.compile(g, backend=backend, memory_limit=10**8, cache=False)
+    x = np.linspace(0, 1, 3000)
+    np.testing.assert_allclose(plan(x, x), 2 * x.sum() ** 2, rtol=1e-12)
+    m = plan.report.memory
+    assert m["predicted_peak_bytes"] == plan.predicted_peak_bytes == \
+        m["arena_bytes"] + m["workspace_bytes"] >= 72 * 10**6
+    assert "predicted peak per call" in str(plan.report)
+
+
+def test_reference_steps_count_the_result_they_copy_as_workspace():
+    plan = go.compile(outer_then_sum_graph(300), backend="numpy", cache=False)
+    held = [s for s in plan.steps if s.offset is not None]
+    assert max(s.workspace_bytes for s in held) == max(s.nbytes for s in held) == 8 * 300**2
+    out = [s for s in plan.steps if s.offset is None]
+    assert out and all(s.workspace_bytes == 0 for s in out)   # the result is handed over
+    # traced allocations of a call: the arena, then the einsum's result beside it
+    import tracemalloc
+    x = np.ones(300)
+    plan.pool.clear()     # no cached buffer to reuse: the arena is allocated in the call
+    tracemalloc.start()
+    plan(x, x)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert abs(peak - plan.predicted_peak_bytes) <= 0.1 * plan.predicted_peak_bytes

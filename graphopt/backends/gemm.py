@@ -79,6 +79,26 @@ def run_gemm(xp, p: GemmPlan, a, b, out, matmul=None):
     return out
 
 
+def gemm_workspace_bytes(p: GemmPlan, shapes, itemsize: int) -> int:
+    """Bytes ``run_gemm`` holds at once beside ``out``: pre-summed operands, operand copies
+    where the transposed matrix is not a free view, and the unpermuted result."""
+    a, b = (shapes[1], shapes[0]) if p.swapped else (shapes[0], shapes[1])
+    keep = lambda s, drop: tuple(d for i, d in enumerate(s) if i not in drop)  # noqa: E731
+    B, M, K, N = p.bmkn
+    lead = (B,) if B != 1 else ()
+    held = 0
+    for s, drop, perm, groups in ((a, p.sum_a, p.perm_a, lead + (M, K)),
+                                  (b, p.sum_b, p.perm_b, lead + (K, N))):
+        kept = keep(s, drop)
+        if drop:
+            held += math.prod(kept) * itemsize
+        if not view_is_free(kept, perm, groups):
+            held += math.prod(kept) * itemsize
+    if p.out_perm is not None:
+        held += B * M * N * itemsize
+    return held
+
+
 def view_is_free(shape, perm, groups) -> bool:
     """Whether transposing a C-contiguous array by ``perm`` and merging consecutive axes into
     ``groups`` (sizes) is a view whose last two groups form a C- or F-ordered matrix."""

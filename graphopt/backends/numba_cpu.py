@@ -32,7 +32,7 @@ from ..errors import GraphError
 from ..kernel import Kernel
 from .base import Backend, register_backend
 from .cpu_gemm import threaded_matmul
-from .gemm import gemm_plan, gemm_source, run_gemm, transpose_copy_bytes
+from .gemm import gemm_plan, gemm_source, gemm_workspace_bytes, run_gemm, transpose_copy_bytes
 from .numpy_ref import reference_kernel, sliced_kernel
 from .tiled import tiled_kernel
 
@@ -151,7 +151,8 @@ def fused_kernel(G, n, opt_level: int, fast_math: bool, forms=None) -> Kernel:
         impl = k.impl
     fn = _guard_inplace(body, k.inplace_ok, G, n)
     threaded = bool(k.details.get("parallel")) or impl.startswith("blas-gemm")
-    return Kernel(name, fn, source, impl, node=n, details=details, uses_threads=threaded)
+    return Kernel(name, fn, source, impl, node=n, details=details, uses_threads=threaded,
+                  workspace_bytes=details.get("workspace_bytes", 0))
 
 
 def _faster_of_loop_and_blocked(k, sub, pattern, name):
@@ -247,7 +248,7 @@ def einsum_kernel(G, n, opt_level: int, form: str = "auto") -> Kernel:
             out = np.empty(d["shape"], d["dtype"])
         return run(args, out)
     return Kernel(f"einsum_{n}", fn, source, impl, node=n, details=details,
-                  uses_threads=impl == "blas-gemm")
+                  uses_threads=impl == "blas-gemm", workspace_bytes=details["workspace_bytes"])
 
 
 def _contraction_with_epilogue(G, n, k, opt_level, form: str = "auto"):
@@ -311,6 +312,9 @@ def contraction(eq: str, shapes, dtype: str, opt_level: int, form: str = "auto")
         impl = min(timings, key=timings.get)
         details.update(contraction=impl, reason="fastest measured (opt_level 3)",
                        timings_ms={c: round(t * 1e3, 4) for c, t in timings.items()})
+    details["workspace_bytes"] = (
+        gemm_workspace_bytes(gemm_plan(eq, shapes), shapes, np.dtype(dtype).itemsize)
+        if impl == "blas-gemm" else 0)   # np.einsum with out= buffers a few kB at most
     return (_contraction_fn(impl, eq, shapes, dtype), impl, details,
             _contraction_source(impl, eq, shapes))
 

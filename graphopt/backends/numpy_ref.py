@@ -4,6 +4,8 @@ wherever NumPy runs."""
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from .. import ops, threads
@@ -37,20 +39,27 @@ def reference_kernel(G, n) -> Kernel:
         return out
 
     fn.__name__ = f"ref_{d['op']}_{n}"
+    nbytes = math.prod(d["shape"]) * np.dtype(d["dtype"]).itemsize
     call = ops.OPS[d["op"]].impl
     src = (f"# reference: {d['op']} {d['attrs'] if d['op'] not in ('fused', 'const') else ''}"
            f"\nout[...] = {getattr(call, '__qualname__', d['op'])}(args, attrs)")
-    return Kernel(fn.__name__, fn, src, impl="numpy", node=n)
+    # the interpreter's result, before it is copied into ``out``
+    return Kernel(fn.__name__, fn, src, impl="numpy", node=n, workspace_bytes=nbytes,
+                  workspace_is_result=True)
 
 
 def sliced_kernel(G, n) -> Kernel:
     """An einsum with ``slices`` (or a multi-operand ``path``): run along its path, one slice
     at a time, so its intermediates stay within the memory limit the slicing pass met."""
-    from ..sliced_contraction import sliced_contract
+    from .. import ir
+    from ..sliced_contraction import contraction_workspace_bytes, sliced_contract
 
-    a = G.nodes[n]["attrs"]
+    d = G.nodes[n]
+    a = d["attrs"]
     eq, path = a["equation"], a.get("path")
     slices, blocks = list(a.get("slices", ())), a.get("slice_blocks")
+    workspace = contraction_workspace_bytes(eq, [G.nodes[u]["shape"] for u in ir.operands(G, n)],
+                                            path, slices, blocks, np.dtype(d["dtype"]).itemsize)
 
     def fn(args, out):
         # opt_einsum's pairwise steps call BLAS, which graphopt cannot split: thread it
@@ -61,4 +70,5 @@ def sliced_kernel(G, n) -> Kernel:
     src = (f"# reference: einsum {eq!r} along path {path}, sliced over {slices} "
            f"(blocks {blocks})\nsliced_contract(equation, path, slices, args, out, blocks)")
     return Kernel(fn.__name__, fn, src, impl="numpy-sliced", node=n, uses_threads=True,
-                  details={"slices": slices, "slice_blocks": blocks, "path": path})
+                  details={"slices": slices, "slice_blocks": blocks, "path": path},
+                  workspace_bytes=workspace)

@@ -155,8 +155,10 @@ def _compile_matches_interpreter(g, data, **compile_kwargs):
         plan = go.compile(g, backend="numpy", cache=False, **compile_kwargs)
     except go.GraphError as e:
         # A budget that no slicing can meet is refused before anything runs (issue 7): only
-        # where a contraction's result alone is larger than the limit.
-        m = re.search(r"no slicing .* alone is (\d+) bytes", str(e))
+        # where a contraction's result, or a value other ops read whole, alone is larger
+        # than the limit.
+        m = re.search(r"no slicing .* alone is (\d+) bytes", str(e)) or \
+            re.search(r"(?:holds|needs as workspace) (\d+) bytes on its own", str(e))
         limit = compile_kwargs.get("memory_limit")
         assert limit is not None and m and int(m.group(1)) > limit, str(e)
         return
