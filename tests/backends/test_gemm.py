@@ -1,0 +1,37 @@
+"""The GEMM lowering's workspace model (backends/gemm.py) against what ``run_gemm``
+allocates, traced."""
+
+from __future__ import annotations
+
+import tracemalloc
+
+import numpy as np
+import pytest
+
+from graphopt.backends.gemm import gemm_plan, gemm_workspace_bytes, run_gemm
+from graphopt.einsum import parse
+
+
+@pytest.mark.parametrize("eq, shapes", [
+    ("ij,jk->ik", [(64, 48), (48, 32)]),          # free views: no workspace
+    ("ji,jk->ik", [(48, 64), (48, 32)]),          # an F-ordered matrix: still a view
+    ("ijk,kl->lij", [(8, 16, 24), (24, 20)]),     # result needs its axes permuted
+    ("abc,bd->dac", [(6, 10, 12), (10, 14)]),     # operand copy and permuted result
+    ("bij,bjk->bik", [(5, 16, 24), (5, 24, 8)]),  # batched, free
+    ("ibj,bjk->bik", [(16, 5, 24), (5, 24, 8)]),  # batched, operand copy
+    ("ijx,jk->ik", [(16, 24, 3), (24, 8)]),       # a label summed before the GEMM
+])
+def test_workspace_model_matches_traced_allocations(eq, shapes):
+    p = gemm_plan(eq, shapes)
+    assert p is not None
+    rng = np.random.default_rng(0)
+    a, b = (rng.normal(size=s) for s in shapes)
+    out = np.empty(parse(eq, shapes).output_shape)
+    run_gemm(np, p, a, b, out)              # warm: nothing cached is counted below
+    tracemalloc.start()
+    run_gemm(np, p, a, b, out)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    model = gemm_workspace_bytes(p, shapes, 8)
+    assert model - 4096 <= peak <= model * 1.1 + 4096, (peak, model)   # + view objects
+    np.testing.assert_allclose(out, np.einsum(eq, a, b), rtol=1e-12)
