@@ -187,3 +187,17 @@ def test_cotengra_networks_compile_and_match_opt_einsum(which, cache_dir):
     group = plan.report["contraction"].details["groups"][0]
     assert group["search"]["combo"] <= group["search"]["greedy_combo"]
     assert "contraction groups" in str(plan.report)
+
+
+def test_with_cotengra_the_random_greedy_path_is_reconfigured(cache_dir):
+    ctg = pytest.importorskip("cotengra")
+    inputs, output, _, sizes = ctg.utils.lattice_equation([6, 6], d_min=2, d_max=4, seed=0)
+    terms, out = ["".join(t) for t in inputs], "".join(output)
+    below, rec = path_search.search(terms, out, sizes, path_search.RECONF_MIN_SECONDS / 2)
+    assert "reconfiguration" not in rec["searcher"]
+    above, rec = path_search.search(terms, out, sizes, 0.05)
+    assert rec["searcher"].endswith("subtree reconfiguration")
+    assert above.combo < below.combo and above.pairwise
+    once = path_search._reconfigured(terms, out, sizes, below)
+    assert once.combo < below.combo
+    assert path_search._reconfigured(terms, out, sizes, below).path == once.path  # deterministic
