@@ -192,8 +192,8 @@ def search(terms, output, sizes, time_budget: float | None, start: Steps | None 
 
     trials, searcher = 0, "greedy"
     if len(terms) > 2 and time_budget != 0:
-        # random-greedy first (cheap, and on some networks hard to beat), then cotengra's
-        # hyper-optimizer where the budget is worth it
+        # random-greedy first (cheap, and on some networks hard to beat), its best
+        # reconfigured, then cotengra's hyper-optimizer where the budget is worth it
         hyper = budget() >= HYPER_MIN_SECONDS and _hyper_available()
         trials = run(_RandomGreedyTrials(terms, output, sizes), MIN_TRIALS, not hyper)
         searcher = _RandomGreedyTrials.name
@@ -207,7 +207,7 @@ def search(terms, output, sizes, time_budget: float | None, start: Steps | None 
             searcher += ", subtree reconfiguration"
         if hyper and elapsed() < budget():
             trials += run(_HyperTrials(terms, output, sizes), 0, True)
-            searcher = f"{_RandomGreedyTrials.name}, then {_HyperTrials.name}"
+            searcher = f"{searcher}, then {_HyperTrials.name}"
     seconds = time.perf_counter() - t0
     return best, {"searcher": searcher, "trials": trials, "seconds": round(seconds, 4),
                   "budget_seconds": budget(),
