@@ -138,9 +138,10 @@ def compile(graph, backend: str = "auto", opt_level: int = 2, memory_limit=None,
         backend: "auto" (numba if installed, else numpy), "numba", "cupy", "dask", "numpy".
         opt_level: 0 verify and lower op by op; 1 + simplify, CSE, DCE; 2 + contraction
             ordering, fusion, scheduling, memory planning; 3 + autotuning on real timings.
-        memory_limit: bytes; the largest intermediate a contraction may create.
-        optimize: contraction path search ("auto", "greedy", "optimal", "dp", or an
-            opt_einsum PathOptimizer).
+        memory_limit: bytes; contraction intermediates are ordered and sliced within it, and
+            a plan in which one value or one step's workspace exceeds it is refused.
+        optimize: contraction path search ("auto", "hyper", "greedy", "optimal", "dp", or
+            an opt_einsum PathOptimizer). "auto" searches large groups within ``path_time``.
         passes: run these passes (callables or registered names) instead of the pipeline.
         disable: pass names to skip.
         cache: reuse a plan compiled before with the same graph and options.
@@ -148,7 +149,10 @@ def compile(graph, backend: str = "auto", opt_level: int = 2, memory_limit=None,
         threads: the plan's thread budget, shared by BLAS and generated kernels (default
             ``$GRAPHOPT_NUM_THREADS``, else every core this process may use; a call inside
             ``with go.thread_budget(n)`` uses ``n``).
-        **options: backend options (e.g. ``fast_math=False``, ``cuda_graph=True``).
+        **options: backend options (e.g. ``fast_math=False``, ``cuda_graph=True``) and pass
+            options: ``path_time`` (seconds of contraction-path search for groups of more
+            than 12 operands; default scaled to the estimated run time), ``path_cache``
+            (False: no cached paths).
 
     Returns:
         Plan: call it with the graph's inputs; ``plan.report`` says what was done.
