@@ -253,16 +253,21 @@ def _remember(key: str, steps: Steps, entry: dict) -> None:
             _MEMO.popitem(last=False)
 
 
+def check_time_budget(time_budget) -> None:
+    """``GraphError`` unless ``time_budget`` is None or a finite number of seconds >= 0."""
+    if time_budget is not None and (isinstance(time_budget, bool) or
+                                    not isinstance(time_budget, (int, float)) or
+                                    not 0 <= time_budget < float("inf")):
+        raise GraphError(f"path_time must be a finite number of seconds >= 0, got {time_budget!r}")
+
+
 def find_path(terms: Sequence[str], output: str, sizes: dict,
               time_budget: float | None = None, cache: bool = True) -> tuple[Steps, dict]:
     """The best path found for ``terms -> output`` within ``time_budget`` seconds (None: the
     default budget), and a record: searcher, trials, seconds, budget_seconds,
     estimated_run_seconds, greedy_combo, combo, and ``cache`` ("hit", "miss" or "off")."""
     terms, sizes = list(terms), {c: int(s) for c, s in sizes.items()}
-    if time_budget is not None and (isinstance(time_budget, bool) or
-                                    not isinstance(time_budget, (int, float)) or
-                                    not 0 <= time_budget < float("inf")):
-        raise GraphError(f"path_time must be a finite number of seconds >= 0, got {time_budget!r}")
+    check_time_budget(time_budget)
     if not cache:
         steps, rec = search(terms, output, sizes, time_budget)
         return steps, dict(rec, cache="off")

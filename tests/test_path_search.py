@@ -201,3 +201,19 @@ def test_with_cotengra_the_random_greedy_path_is_reconfigured(cache_dir):
     once = path_search._reconfigured(terms, out, sizes, below)
     assert once.combo < below.combo
     assert path_search._reconfigured(terms, out, sizes, below).path == once.path  # deterministic
+
+
+def test_compile_takes_path_time_and_checks_it(cache_dir):
+    _, terms, output, sizes, shapes = network(16, 8)
+    g = go.Graph("net")
+    ins = [g.input(f"x{i}", s) for i, s in enumerate(shapes)]
+    g.output(go.einsum(",".join(terms) + "->" + output, *ins))
+    plan = go.compile(g, backend="numpy", path_time=0, cache=False)
+    search = plan.report["contraction"].details["groups"][0]["search"]
+    assert search["searcher"] == "greedy" and search["budget_seconds"] == 0
+    small = go.Graph("small")
+    a = small.input("a", (2, 2))
+    small.output(go.einsum("ij,jk->ik", a, a))
+    for bad in (-1, "fast", float("inf")):
+        with pytest.raises(GraphError, match="path_time"):
+            go.compile(small, backend="numpy", path_time=bad, cache=False)

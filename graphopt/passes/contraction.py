@@ -332,6 +332,7 @@ def contraction(G: nx.MultiDiGraph, ctx) -> PassResult:
     ``largest_intermediate_before``/``_after`` (over the groups, elements and bytes),
     ``path`` (per rewritten group root), ``merged`` (groups rewritten), ``groups`` (one
     record per group), ``kept_user_order`` and ``needs_slicing``."""
+    path_search.check_time_budget(ctx.options.get("path_time"))
     H = ir.copy_graph(G)
     replaced: dict[int, int] = {}
     records = []
