@@ -211,7 +211,7 @@ def _check_held_values(plan, memory_limit) -> None:
         return
     held = [(s.nbytes, "holds", s) for s in plan.steps if s.offset is not None]
     held += [(s.workspace_bytes, "needs as workspace", s) for s in plan.steps
-             if not s.kernel.details.get("slices") and s.kernel.impl != "numpy-sliced"]
+             if s.kernel.impl != "numpy-sliced"]
     nbytes, what, s = max(held, key=lambda h: h[0], default=(0, "", None))
     if nbytes <= memory_limit:
         return

@@ -37,7 +37,7 @@ from typing import Sequence
 
 from . import disk_cache
 from .errors import GraphError
-from .paths import Steps, combo_cost, play
+from .paths import Steps, play
 
 SEARCH_FRACTION = 0.25
 DEFAULT_MAX_SECONDS = 20.0
@@ -64,12 +64,18 @@ def default_budget(steps: Steps) -> float:
     return min(DEFAULT_MAX_SECONDS, SEARCH_FRACTION * estimated_seconds(steps))
 
 
-def network_key(terms: Sequence[str], output: str, sizes: dict) -> str:
-    """The cache key of a network: its equation with labels renamed in order of first use,
-    and each label's size."""
+def _numbered(terms, output) -> dict:
+    """Each label's number, in order of first use."""
     names: dict = {}
     for c in "".join(terms) + output:
         names.setdefault(c, len(names))
+    return names
+
+
+def network_key(terms: Sequence[str], output: str, sizes: dict) -> str:
+    """The cache key of a network: its equation with labels renamed in order of first use,
+    and each label's size."""
+    names = _numbered(terms, output)
     doc = [CACHE_FORMAT, [[names[c] for c in t] for t in terms], [names[c] for c in output],
            [int(sizes[c]) for c in names]]
     return hashlib.sha256(json.dumps(doc).encode()).hexdigest()[:32]
@@ -87,9 +93,7 @@ def _int_labels(terms, output, sizes):
     """The network with labels as ints: opt_einsum's greedy walks sets of labels, and a set
     of strings iterates in an order that changes from process to process (hash seeds), so
     its ties, and the random trials, would too."""
-    names: dict = {}
-    for c in "".join(terms) + output:
-        names.setdefault(c, len(names))
+    names = _numbered(terms, output)
     return ([{names[c] for c in t} for t in terms], {names[c] for c in output},
             {names[c]: sizes[c] for c in names})
 
@@ -212,7 +216,8 @@ def search(terms, output, sizes, time_budget: float | None, start: Steps | None 
     return best, {"searcher": searcher, "trials": trials, "seconds": round(seconds, 4),
                   "budget_seconds": budget(),
                   "estimated_run_seconds": estimated_seconds(best),
-                  "greedy_combo": first.combo, "combo": best.combo}
+                  "greedy_combo": first.combo, "greedy_flops": first.flops,
+                  "combo": best.combo}
 
 
 def _valid_entry(doc) -> bool:
@@ -238,7 +243,7 @@ def _cached(key: str, terms, output, sizes):
     except GraphError:
         disk_cache.remove(f"path_{key}.json")
         return None
-    if combo_cost(steps.flops, steps.write) != doc.get("combo", steps.combo):
+    if steps.combo != doc.get("combo", steps.combo):
         disk_cache.remove(f"path_{key}.json")
         return None
     _remember(key, steps, doc)
@@ -265,7 +270,8 @@ def find_path(terms: Sequence[str], output: str, sizes: dict,
               time_budget: float | None = None, cache: bool = True) -> tuple[Steps, dict]:
     """The best path found for ``terms -> output`` within ``time_budget`` seconds (None: the
     default budget), and a record: searcher, trials, seconds, budget_seconds,
-    estimated_run_seconds, greedy_combo, combo, and ``cache`` ("hit", "miss" or "off")."""
+    estimated_run_seconds, greedy_combo, greedy_flops, combo, and ``cache`` ("hit", "miss"
+    or "off")."""
     terms, sizes = list(terms), {c: int(s) for c, s in sizes.items()}
     check_time_budget(time_budget)
     if not cache:
@@ -281,6 +287,7 @@ def find_path(terms: Sequence[str], output: str, sizes: dict,
                            "budget_seconds": entry["budget_seconds"],
                            "estimated_run_seconds": estimated_seconds(steps),
                            "greedy_combo": entry.get("greedy_combo", steps.combo),
+                           "greedy_flops": entry.get("greedy_flops"),
                            "combo": steps.combo, "cache": "hit",
                            "searched_seconds": entry.get("seconds", 0.0)}
         steps, rec = search(terms, output, sizes, time_budget, start=steps)
@@ -288,7 +295,8 @@ def find_path(terms: Sequence[str], output: str, sizes: dict,
         steps, rec = search(terms, output, sizes, time_budget)
     entry = {"path": [list(p) for p in steps.path], "searcher": rec["searcher"],
              "budget_seconds": rec["budget_seconds"], "seconds": rec["seconds"],
-             "greedy_combo": rec["greedy_combo"], "combo": steps.combo}
+             "greedy_combo": rec["greedy_combo"], "greedy_flops": rec["greedy_flops"],
+             "combo": steps.combo}
     _remember(key, steps, entry)
     disk_cache.write_json(f"path_{key}.json", entry)
     disk_cache.prune("path_*.json", DISK_ENTRIES)

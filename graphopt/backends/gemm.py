@@ -79,24 +79,36 @@ def run_gemm(xp, p: GemmPlan, a, b, out, matmul=None):
     return out
 
 
+def _operand_matrices(p: GemmPlan, shapes) -> list[tuple[tuple, bool, bool]]:
+    """Per GEMM operand (A, then B): its shape after the pre-sums, whether it was pre-summed,
+    and whether its transposed matrix is a free view (else ``run_gemm`` copies it)."""
+    a, b = (shapes[1], shapes[0]) if p.swapped else (shapes[0], shapes[1])
+    B, M, K, N = p.bmkn
+    lead = (B,) if B != 1 else ()
+    out = []
+    for s, drop, perm, groups in ((a, p.sum_a, p.perm_a, lead + (M, K)),
+                                  (b, p.sum_b, p.perm_b, lead + (K, N))):
+        kept = tuple(d for i, d in enumerate(s) if i not in drop)
+        out.append((kept, bool(drop), view_is_free(kept, perm, groups)))
+    return out
+
+
+def transpose_copy_bytes(p: GemmPlan, shapes, itemsize: int) -> int:
+    """Bytes read and written by the copies ``run_gemm`` makes (operands whose transposed
+    matrix is not a free view, and a result that needs its axes permuted)."""
+    B, M, _, N = p.bmkn
+    copy = sum(2 * math.prod(kept) * itemsize
+               for kept, _, free in _operand_matrices(p, shapes) if not free)
+    return copy + (2 * B * M * N * itemsize if p.out_perm is not None else 0)
+
+
 def gemm_workspace_bytes(p: GemmPlan, shapes, itemsize: int) -> int:
     """Bytes ``run_gemm`` holds at once beside ``out``: pre-summed operands, operand copies
     where the transposed matrix is not a free view, and the unpermuted result."""
-    a, b = (shapes[1], shapes[0]) if p.swapped else (shapes[0], shapes[1])
-    keep = lambda s, drop: tuple(d for i, d in enumerate(s) if i not in drop)  # noqa: E731
-    B, M, K, N = p.bmkn
-    lead = (B,) if B != 1 else ()
-    held = 0
-    for s, drop, perm, groups in ((a, p.sum_a, p.perm_a, lead + (M, K)),
-                                  (b, p.sum_b, p.perm_b, lead + (K, N))):
-        kept = keep(s, drop)
-        if drop:
-            held += math.prod(kept) * itemsize
-        if not view_is_free(kept, perm, groups):
-            held += math.prod(kept) * itemsize
-    if p.out_perm is not None:
-        held += B * M * N * itemsize
-    return held
+    B, M, _, N = p.bmkn
+    held = sum(math.prod(kept) * itemsize * (summed + (not free))
+               for kept, summed, free in _operand_matrices(p, shapes))
+    return held + (B * M * N * itemsize if p.out_perm is not None else 0)
 
 
 def view_is_free(shape, perm, groups) -> bool:
@@ -118,23 +130,6 @@ def view_is_free(shape, perm, groups) -> bool:
         merged.append(dims[-1][1] if dims else None)
     m, k = merged[-2], merged[-1]
     return m is None or k is None or k == 1 or m == 1
-
-
-def transpose_copy_bytes(p: GemmPlan, shapes, itemsize: int) -> int:
-    """Bytes read and written by the copies ``run_gemm`` makes (operands whose transposed
-    matrix is not a free view, and a result that needs its axes permuted)."""
-    a, b = (shapes[1], shapes[0]) if p.swapped else (shapes[0], shapes[1])
-    keep = lambda s, drop: tuple(d for i, d in enumerate(s) if i not in drop)  # noqa: E731
-    a, b = keep(a, p.sum_a), keep(b, p.sum_b)
-    B, M, K, N = p.bmkn
-    lead = (B,) if B != 1 else ()
-    copy = 0
-    for s, perm, groups in ((a, p.perm_a, lead + (M, K)), (b, p.perm_b, lead + (K, N))):
-        if not view_is_free(s, perm, groups):
-            copy += 2 * math.prod(s) * itemsize
-    if p.out_perm is not None:
-        copy += 2 * B * M * N * itemsize
-    return copy
 
 
 def gemm_source(p: GemmPlan, eq: str, library: str, product) -> str:

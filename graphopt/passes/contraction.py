@@ -288,8 +288,9 @@ def _plan_group(G, group: list[int], ctx) -> tuple[Merged, dict, Steps | None]:
            "largest_intermediate_before": _size(user_largest, itemsize)}
     if search_rec is not None:
         rec["search"] = search_rec
-    if len(m.terms) > 2:
-        rec["flops_greedy"] = search(oe_paths.greedy, m, None).flops
+    if len(m.terms) > 2:   # the anytime search started from greedy: it has the figure
+        rec["flops_greedy"] = ((search_rec or {}).get("greedy_flops") or
+                               search(oe_paths.greedy, m, None).flops)
     if not cands:  # nothing pairwise fits the limit: one multi-operand node, sliced later
         options = [free, play(m.terms, m.output, m.sizes, left_to_right(len(m.terms)))]
         best = min((s for s in options if s is not None), key=lambda s: s.combo)
