@@ -4,6 +4,7 @@ Shared by the contraction pass, the report, lowering and the profiler's roofline
 
 from __future__ import annotations
 
+import functools
 import math
 
 import networkx as nx
@@ -20,10 +21,10 @@ def node_flops(G: nx.MultiDiGraph, n: int) -> int:
     d = G.nodes[n]
     kind = ops.OPS[d["op"]].kind
     if kind == ops.CONTRACTION:
-        eq = d["attrs"]["equation"]
-        shapes = [G.nodes[u]["shape"] for u in ir.operands(G, n)]
+        shapes = tuple(tuple(G.nodes[u]["shape"]) for u in ir.operands(G, n))
         path = d["attrs"].get("path") if len(shapes) > 2 else None
-        return paths.path_flops(eq, paths.label_sizes(eq, shapes), path)
+        return _contraction_flops(d["attrs"]["equation"], shapes,
+                                  None if path is None else tuple(map(tuple, path)))
     if kind == ops.ELEMENTWISE:
         return math.prod(d["shape"])
     if kind == ops.REDUCTION:
@@ -32,6 +33,12 @@ def node_flops(G: nx.MultiDiGraph, n: int) -> int:
         sub = d["attrs"]["graph"]
         return sum(node_flops(sub, m) for m in sub.nodes)
     return 0
+
+
+@functools.lru_cache(maxsize=4096)
+def _contraction_flops(eq: str, shapes: tuple, path: tuple | None) -> int:
+    # memoized: the contraction pass, the report and lowering count the same nodes
+    return paths.path_flops(eq, paths.label_sizes(eq, shapes), path)
 
 
 def node_bytes(G: nx.MultiDiGraph, n: int) -> int:

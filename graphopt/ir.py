@@ -164,21 +164,40 @@ def _verify_group(G: nx.MultiDiGraph, n: int, pass_name: str | None) -> None:
     _VERIFIED_GROUPS.add(sub)
 
 
-def verify(G: nx.MultiDiGraph, *, pass_name: str | None = None) -> None:
+def verify(G: nx.MultiDiGraph, *, pass_name: str | None = None,
+           verified: tuple[dict, dict] | None = None) -> None:
     """Check every IR invariant; raise ``GraphError`` naming the node, op and source line.
 
     Invariants: acyclic; int node ids; the node schema; a registered op; operand args
     contiguous 0..n-1 with the op's arity; shape and dtype equal to what the op's rule
     infers; ``inputs`` are ``input`` nodes and every ``input`` node is listed; outputs
     exist; a ``schedule``, if present, is a topological order of all nodes.
+
+    ``verified``: ``(node_keys of a verified graph, node_keys of G)``. A node whose key and
+    whose operands' keys are the same in both passed the same per-node checks there and is
+    not checked again (the pass manager verifies after every pass; most passes change few
+    nodes). The whole-graph invariants are always checked.
     """
     where = f" (after pass '{pass_name}')" if pass_name else ""
     if not isinstance(G, nx.MultiDiGraph):
         raise GraphError(f"IR must be a networkx.MultiDiGraph, got {type(G).__name__}{where}")
-    if not nx.is_directed_acyclic_graph(G):
+    try:
+        topo_order(G)
+        acyclic = True
+    except nx.NetworkXUnfeasible:
+        acyclic = False
+    except TypeError:           # node ids that do not order (the node check names them)
+        acyclic = nx.is_directed_acyclic_graph(G)
+    if not acyclic:
         cycle = nx.find_cycle(G)
-        raise GraphError(f"IR has a cycle through nodes {[e[0] for e in cycle]}{where}")
+        raise GraphError(f"IR has a cycle through nodes {[e[0] for e in cycle]}{where}") \
+            from None
+    before, now = verified or ({}, {})
     for n, d in G.nodes(data=True):
+        key = now.get(n)
+        if isinstance(key, tuple) and before.get(n) == key and \
+                all(before.get(u) == now.get(u) for _, u in key[-1]):
+            continue
         _verify_node(G, n, d, pass_name, where)
     _verify_inputs_and_outputs(G, pass_name, where)
     _verify_schedule(G, where)
@@ -196,6 +215,7 @@ def _verify_node(G, n, d: dict, pass_name: str | None, where: str) -> None:
     args = sorted(a for _, _, a in G.in_edges(n, data="arg"))
     if args != list(range(len(args))):
         _fail(G, n, f"operand args {args} are not 0..{len(args) - 1}", pass_name)
+    args_of = operands(G, n)
     opdef = ops.OPS[d["op"]]
     if d["op"] == "input":
         if args:
@@ -204,8 +224,8 @@ def _verify_node(G, n, d: dict, pass_name: str | None, where: str) -> None:
     if d["op"] == ops.FUSED:
         _verify_group(G, n, pass_name)
     try:
-        shape, dtype = ops.infer(d["op"], [G.nodes[u]["shape"] for u in operands(G, n)],
-                                 [G.nodes[u]["dtype"] for u in operands(G, n)], d["attrs"])
+        shape, dtype = ops.infer(d["op"], [G.nodes[u]["shape"] for u in args_of],
+                                 [G.nodes[u]["dtype"] for u in args_of], d["attrs"])
     except GraphError as e:
         _fail(G, n, e.detail, pass_name)
     if opdef.arity is not None and len(args) != opdef.arity:
@@ -290,6 +310,50 @@ def structural_hash(G: nx.MultiDiGraph) -> str:
              "struct:" + _attr_token(G.graph.get("output_structure")),
              "all:" + ",".join(sorted(h.values()))]
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()
+
+
+# ------------------------------------------------------------------------------ node keys
+
+
+_PLAIN = (str, int, float, complex, bool, type(None))
+
+
+def value_key(v):
+    """``v`` as a value equal between a graph and its ``copy_graph``: plain values and
+    containers by value, anything else (arrays, sub-graphs: shared, never changed in place)
+    by identity."""
+    if isinstance(v, _PLAIN):
+        return v
+    if isinstance(v, (tuple, list)):
+        return (type(v).__name__, tuple(value_key(x) for x in v))
+    if isinstance(v, dict):
+        return ("dict", tuple(sorted(((repr(k), value_key(x)) for k, x in v.items()),
+                                     key=lambda kv: kv[0])))
+    return ("id", id(v))
+
+
+def node_keys(G: nx.MultiDiGraph) -> dict[int, tuple]:
+    """Per node id, what the node is: op, shape, dtype, attributes (``value_key``) and its
+    operands as ``(arg, node id)`` pairs, last. Equal keys for the same id in two graphs
+    (both alive) mean the same node; cheaper than ``node_hashes``, and unlike them it tells
+    node ids apart, so the pass manager uses it to see which nodes a pass changed."""
+    pred = G._pred
+    out = {}
+    for n, d in G._node.items():
+        try:
+            out[n] = (d["op"], tuple(d["shape"]), d["dtype"],
+                      tuple(sorted((k, value_key(v)) for k, v in d["attrs"].items()
+                                   if k not in SOURCE_ATTRS)),
+                      tuple(sorted((e.get("arg"), u) for u, keys in pred[n].items()
+                                   for e in keys.values())))
+        except Exception:      # a malformed node (verify names it): equal to nothing
+            out[n] = object()
+    return out
+
+
+def graph_key(G: nx.MultiDiGraph) -> tuple:
+    """The graph attributes (inputs, outputs, schedule, ...) as ``value_key`` gives them."""
+    return tuple(sorted((k, value_key(v)) for k, v in G.graph.items()))
 
 
 def evaluate_iteratively(make, *request):

@@ -13,11 +13,12 @@ hyper-optimizer with every trial refined the same way, until the budget is spent
 The budget: ``time_budget`` seconds where given (``compile(..., path_time=)``); by default
 ``SEARCH_FRACTION`` of the estimated run time of the best path found so far (its combo cost
 at ``COMBO_RATE``), at most ``DEFAULT_MAX_SECONDS``: a network that runs in a millisecond
-is ordered in well under one, an expensive one gets seconds. Unless the budget is 0 (greedy
-alone), ``MIN_TRIALS`` random-greedy trials run first, however small the budget (a few
-milliseconds on a 100-tensor network), so a small network's path does not depend on the
-machine's speed. A trial that has started is finished, so a search may overrun its budget
-by one trial.
+is ordered in well under one, an expensive one gets seconds. The first random-greedy trials
+are counted, not timed: as many as the budget pays for at ``TRIAL_SECONDS_PER_TENSOR``, at
+most ``MIN_TRIALS`` (``planned_trials``), so a small network's path does not depend on the
+machine's speed, and one whose greedy path runs in a millisecond is not searched for fifty.
+Only then does the clock decide. A trial that has started is finished, so a search may
+overrun its budget by one trial.
 
 Paths are kept by the network's structure and sizes: in this process (``_MEMO``) and on
 disk beside the kernels (``disk_cache``, ``path_<digest>.json``, at most
@@ -45,7 +46,9 @@ COMBO_RATE = 1e10          # combo cost per second assumed when sizing the defau
 HYPER_MIN_SECONDS = 0.5    # below this budget, cotengra's trials are not worth starting
 HYPER_CHUNK_SECONDS = 0.25  # cotengra runs this long between checks of the budget
 RECONF_MIN_SECONDS = 0.01  # below this budget, the random-greedy path is not reconfigured
-MIN_TRIALS = 8             # random-greedy trials run under the default budget, however small
+MIN_TRIALS = 8             # random-greedy trials run before the clock, where the budget pays
+TRIAL_SECONDS_PER_TENSOR = 5e-5  # one random-greedy trial's assumed cost per tensor (opt_einsum
+                                 # takes 5-12 ms for 100-200 tensors on a 2024 server core)
 CACHE_FORMAT = 1           # part of every key: a change to the search makes new entries
 MEMO_ENTRIES = 256
 DISK_ENTRIES = 4096
@@ -62,6 +65,13 @@ def estimated_seconds(steps: Steps) -> float:
 def default_budget(steps: Steps) -> float:
     """Seconds of search a path of ``steps`` is worth by default (see the module docstring)."""
     return min(DEFAULT_MAX_SECONDS, SEARCH_FRACTION * estimated_seconds(steps))
+
+
+def planned_trials(n_terms: int, budget: float) -> int:
+    """Random-greedy trials run whatever the clock says: what ``budget`` pays for at the
+    assumed cost per trial, at most ``MIN_TRIALS`` (a count, so the path found does not
+    depend on the machine's speed)."""
+    return min(MIN_TRIALS, int(budget / (TRIAL_SECONDS_PER_TENSOR * max(1, n_terms))))
 
 
 def _numbered(terms, output) -> dict:
@@ -199,8 +209,11 @@ def search(terms, output, sizes, time_budget: float | None, start: Steps | None 
         # random-greedy first (cheap, and on some networks hard to beat), its best
         # reconfigured, then cotengra's hyper-optimizer where the budget is worth it
         hyper = budget() >= HYPER_MIN_SECONDS and _hyper_available()
-        trials = run(_RandomGreedyTrials(terms, output, sizes), MIN_TRIALS, not hyper)
-        searcher = _RandomGreedyTrials.name
+        least = planned_trials(len(terms), budget())
+        if least or not hyper and elapsed() < budget():
+            trials = run(_RandomGreedyTrials(terms, output, sizes), least, not hyper)
+        if trials:
+            searcher = _RandomGreedyTrials.name
         if budget() >= RECONF_MIN_SECONDS and _hyper_available():
             try:
                 s = _reconfigured(terms, output, sizes, best)

@@ -50,7 +50,9 @@ def test_anytime_path_is_valid_and_no_worse_than_greedy(seed, cache_dir):
     assert (again.flops, again.write) == (steps.flops, steps.write)
     assert steps.pairwise
     assert steps.combo <= greedy_steps(terms, output, sizes).combo == rec["greedy_combo"]
-    assert rec["cache"] == "miss" and rec["trials"] >= path_search.MIN_TRIALS
+    greedy = greedy_steps(terms, output, sizes)
+    least = path_search.planned_trials(len(terms), path_search.default_budget(greedy))
+    assert rec["cache"] == "miss" and rec["trials"] >= least
     # the FLOPs are opt_einsum's own count of the same path
     _, info = opt_einsum.contract_path(eq, *shapes, shapes=True, optimize=steps.path)
     assert int(info.opt_cost) == steps.flops
@@ -114,6 +116,24 @@ def test_a_corrupt_or_wrong_entry_is_dropped_and_searched_again(garbage, cache_d
     assert rec["cache"] == "miss" and steps.pairwise
     doc = json.loads((cache_dir / f"path_{key}.json").read_text())
     assert doc["path"] == [list(p) for p in steps.path]
+
+
+def test_trials_before_the_clock_are_what_the_budget_pays_for():
+    per_trial = path_search.TRIAL_SECONDS_PER_TENSOR * 100
+    assert path_search.planned_trials(100, per_trial * 0.99) == 0
+    assert path_search.planned_trials(100, per_trial * 3) == 3
+    assert path_search.planned_trials(100, 1e3) == path_search.MIN_TRIALS
+
+
+def test_a_network_that_runs_in_microseconds_is_not_searched_beyond_greedy(cache_dir):
+    # 60 tensors of bond 2: greedy's path runs in microseconds, so the default budget pays
+    # for no trial (the search used to run eight regardless, ~50 ms here)
+    _, terms, output, sizes, _ = network(60, 5)
+    sizes = dict.fromkeys(sizes, 2)
+    steps, rec = path_search.find_path(terms, output, sizes, cache=False)
+    assert rec["budget_seconds"] < path_search.TRIAL_SECONDS_PER_TENSOR * 60
+    assert rec["trials"] == 0 and rec["searcher"] == "greedy"
+    assert steps.path == greedy_steps(terms, output, sizes).path
 
 
 def test_zero_budget_is_greedy_and_a_larger_budget_searches_on(cache_dir):

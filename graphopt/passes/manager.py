@@ -166,7 +166,7 @@ class PassManager:
         ctx = ctx or PassContext()
         records: list[PassRecord] = []
         done: list[str] = []
-        known_hash = None      # the hash of G when the previous pass computed it already
+        known = None           # (node_keys, graph_key) of G when the previous pass built them
         for i, (name, p) in enumerate(self.passes):
             if name in self.disable:
                 continue
@@ -176,36 +176,38 @@ class PassManager:
                                           details={"skipped": self.unsupported[name]}))
                 continue
             fn = get_pass(p) if isinstance(p, str) else p
-            frozen = _Snapshot(G, known_hash)
+            frozen = _Snapshot(G, known, thorough=self.debug)
             t0 = time.perf_counter()
             result = fn(G, ctx)
             seconds = time.perf_counter() - t0
             frozen.check(G, name)
             H, rec = _normalize(result, name)
+            after = (ir.node_keys(H), ir.graph_key(H)) if isinstance(H, nx.MultiDiGraph) \
+                else ({}, ())
             if self.verify:
                 try:
-                    ir.verify(H, pass_name=name)
+                    ir.verify(H, pass_name=name,
+                              verified=None if self.debug else (frozen.keys, after[0]))
                 except GraphError as e:
                     raise GraphError(f"{e.detail}; passes run before it: {done or 'none'}",
                                      op=e.op, src=e.src, node=e.node) from None
-            after_hash = ir.structural_hash(H)
-            if after_hash != frozen.hash:
+            structure_changed = after[0] != frozen.keys or _signature(H) != _signature(G)
+            if structure_changed:
                 # A schedule or memory plan carried over unchanged from before a structural
                 # change describes a graph that no longer exists.
                 for k in ir.DERIVED_GRAPH_ATTRS:
                     if k in H.graph and H.graph.get(k) == G.graph.get(k):
                         del H.graph[k]
+                after = (after[0], ir.graph_key(H))
             if rec.changed is None:
-                rec.changed = after_hash != frozen.hash or H.graph.get("schedule") != \
-                    G.graph.get("schedule") or "memory_plan" in H.graph and \
-                    "memory_plan" not in G.graph
+                rec.changed = structure_changed or after[1] != frozen.graph_key
             rec.name, rec.seconds = name, seconds
             rec.nodes_before, rec.nodes_after = G.number_of_nodes(), H.number_of_nodes()
             for instrument in self.instruments:
                 instrument.after_pass(i, name, G, H, ctx)
             records.append(rec)
             done.append(name)
-            G, known_hash = H, after_hash
+            G, known = H, after
         return G, records
 
 
@@ -225,16 +227,23 @@ def _normalize(result, name) -> tuple[nx.MultiDiGraph, PassRecord]:
     return result.graph, rec
 
 
-class _Snapshot:
-    """Catches a pass that mutates its input graph (a contract violation)."""
+def _signature(G) -> tuple:
+    return tuple(ir.value_key(G.graph.get(k)) for k in ("inputs", "outputs",
+                                                           "output_structure"))
 
-    def __init__(self, G, known_hash: str | None = None):
-        self.nodes = G.number_of_nodes()
-        self.edges = G.number_of_edges()
-        self.hash = known_hash or ir.structural_hash(G)
+
+class _Snapshot:
+    """Catches a pass that mutates its input graph (a contract violation): by node keys
+    (``ir.node_keys``: any node, attribute value or edge replaced, a list changed in
+    place), and where ``thorough`` (debug) also by structural hash (arrays changed in
+    place)."""
+
+    def __init__(self, G, known: tuple | None = None, thorough: bool = False):
+        self.keys, self.graph_key = known or (ir.node_keys(G), ir.graph_key(G))
+        self.hash = ir.structural_hash(G) if thorough else None
 
     def check(self, G, name):
-        if (G.number_of_nodes(), G.number_of_edges()) != (self.nodes, self.edges) or \
-                ir.structural_hash(G) != self.hash:
+        if ir.node_keys(G) != self.keys or ir.graph_key(G) != self.graph_key or \
+                self.hash is not None and ir.structural_hash(G) != self.hash:
             raise GraphError(f"pass {name!r} mutated its input graph; passes must return a "
                              "new graph (use ir.copy_graph)")
