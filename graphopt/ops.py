@@ -19,7 +19,8 @@ import numpy as np
 from . import einsum as einsum_mod
 from .errors import DTypeError, GraphError, ShapeError
 
-DTYPES = ("bool", "int32", "int64", "float16", "float32", "float64", "complex64", "complex128")
+DTYPES = ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
+          "float16", "float32", "float64", "complex64", "complex128")
 
 # Op kinds: what passes and backends dispatch on.
 SOURCE = "source"            # input, const

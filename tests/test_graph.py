@@ -107,7 +107,7 @@ def test_constant_errors(g):
                                 ("text", go.DTypeError, "supported"),
                                 (object(), go.DTypeError, "not numeric"),
                                 ({"a": 1}, go.DTypeError, "not numeric"),
-                                (np.array([1, 2], dtype=np.uint8), go.DTypeError, "uint8")]:
+                                (np.array([1, 2], dtype=np.longdouble), go.DTypeError, "float128")]:
         with pytest.raises(cls, match=pattern) as info:
             g.const(value)
         assert_located(info.value, "const")

@@ -12,15 +12,18 @@ from graphopt.interpreter import interpret
 
 HERE = re.escape(__file__.rsplit("/", 1)[-1])
 REAL = ("float32", "float64")
-ALL_NUMERIC = ("int32", "int64", "float32", "float64", "complex64", "complex128")
+SMALL_INTS = ("int8", "int16", "uint8", "uint16", "uint32", "uint64")
+ALL_NUMERIC = ("int32", "int64") + SMALL_INTS + ("float16", "float32", "float64", "complex64",
+                                                 "complex128")
 
 
 def values(rng, shape, dtype, lo=-2.0, hi=2.0):
     dt = np.dtype(dtype)
     if dt.kind == "b":
         return rng.random(shape) < 0.5
-    if dt.kind == "i":
-        return rng.integers(-3, 4, size=shape).astype(dt)
+    if dt.kind in "iu":
+        lo = -3 if dt.kind == "i" else 0
+        return rng.integers(lo, lo + 7, size=shape).astype(dt)
     x = rng.uniform(lo, hi, size=shape)
     if dt.kind == "c":
         x = x + 1j * rng.uniform(lo, hi, size=shape)
@@ -197,7 +200,8 @@ def test_reductions_match_numpy(name, axis, keepdims, rng):
           getattr(np, name)(x, axis=axis, keepdims=keepdims))
 
 
-@pytest.mark.parametrize("dtype", ["bool", "int32", "int64", "float32", "complex64"])
+@pytest.mark.parametrize("dtype", ("bool", "int32", "int64", "float32", "complex64") + SMALL_INTS
+                         + ("float16",))
 def test_reduction_dtypes_match_numpy(dtype, rng):
     x = values(rng, (3, 4), dtype)
     check(run(lambda t: t.sum(axis=0), x), x.sum(axis=0))
@@ -253,10 +257,8 @@ def test_layout_ops_match_numpy(rng):
     check(run(lambda t: go.broadcast_to(t, (2, 3, 4)), y), np.broadcast_to(y, (2, 3, 4)))
 
 
-@pytest.mark.parametrize("src", ["bool", "int32", "int64", "float32", "float64", "complex64",
-                                 "complex128"])
-@pytest.mark.parametrize("dst", ["bool", "int32", "int64", "float32", "float64", "complex64",
-                                 "complex128"])
+@pytest.mark.parametrize("src", ("bool",) + ALL_NUMERIC)
+@pytest.mark.parametrize("dst", ("bool",) + ALL_NUMERIC)
 def test_astype_matches_numpy(src, dst, rng):
     x = values(rng, (5,), src)
     with np.errstate(all="ignore"), warnings.catch_warnings():
@@ -313,7 +315,7 @@ def test_infer_errors_name_the_op_and_operands():
         ops.infer("neg", [(2,)], ["bool"], {})
 
 
-@pytest.mark.parametrize("bad", ["float128", "uint8", "object", "nope", None.__class__])
+@pytest.mark.parametrize("bad", ["float128", "datetime64", "object", "nope", None.__class__])
 def test_unsupported_dtypes(bad):
     with pytest.raises(go.DTypeError, match="supported"):
         ops.canonical_dtype(bad)

@@ -76,10 +76,29 @@ GELU_C, GELU_2C, GELU_K = ops.GELU_2C / 2.0, ops.GELU_2C, ops.GELU_K
 SUM_ACCUMULATOR = {"float16": "float32", "float32": "float64", "complex64": "complex128"}
 
 
-def refusal(op: str, operand_dtypes) -> str | None:
-    """Why no generator emits ``op`` on these operand dtypes, or None."""
+# Integers narrower than 32 bits, and unsigned ones: numba computes them in 64 bits and C
+# promotes them to int between ops, where NumPy wraps every op's value in its own dtype (a
+# maximum after a wrapping add differs). No generator emits them: their groups run on
+# NumPy's (cupy's) own kernels, op by op.
+UNEMITTED_DTYPES = frozenset({"int8", "int16", "uint8", "uint16", "uint32", "uint64"})
+
+
+def dtype_refusal(dtype: str) -> str | None:
+    """Why no generator emits a value of ``dtype``, or None."""
+    if str(dtype) in UNEMITTED_DTYPES:
+        return (f"dtype {dtype} has no generated kernel (NumPy wraps each op's value in it; "
+                "generated code would compute it wider)")
+    return None
+
+
+def refusal(op: str, operand_dtypes, out: str | None = None) -> str | None:
+    """Why no generator emits ``op`` on these operand dtypes (giving ``out``), or None."""
     if op in ORDERING and any(np.dtype(t).kind == "c" for t in operand_dtypes):
         return f"{op} orders complex numbers (lexicographic in NumPy)"
+    for t in [*operand_dtypes, *([out] if out is not None else [])]:
+        reason = dtype_refusal(t)
+        if reason:
+            return f"{op}: {reason}"
     return None
 
 

@@ -17,7 +17,7 @@ SHAPES = {"small": [(5,), (3, 4), (2, 3, 4)], "parallel": [(257, 300)],
           "timed": [(513, 520)]}
 FLOATS = ("float32", "float64")
 COMPLEX = ("complex64", "complex128")
-INTS = ("int32", "int64")
+INTS = ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64")
 _UNARY_REAL = ("exp", "log", "sqrt", "tanh", "sigmoid", "relu", "gelu", "sin", "cos", "square",
                "reciprocal", "abs", "neg")
 _UNARY_COMPLEX = ("exp", "log", "sqrt", "tanh", "sin", "cos", "square", "reciprocal", "abs",

@@ -214,7 +214,7 @@ def _numba_params():
 def test_numba_generator_follows_the_table(key, G, args):
     pytest.importorskip("numba")
     op, n = _op(G), G.graph["outputs"][0]
-    reason = ss.refusal(op, _operand_dtypes(G))
+    reason = ss.refusal(op, _operand_dtypes(G), G.nodes[n]["dtype"])
     dtypes = {d["dtype"] for _, d in G.nodes(data=True)}
     if reason or not dtypes <= set(NUMBA_DTYPES):
         with pytest.raises(nc.UnsupportedKernel, match=re.escape(reason or "has no numba kernel")):
@@ -235,7 +235,7 @@ def test_cuda_generator_follows_the_table():
     programs, ran = [], []
     for key, G, args in CASES:
         op = _op(G)
-        reason = ss.refusal(op, _operand_dtypes(G))
+        reason = ss.refusal(op, _operand_dtypes(G), G.nodes[G.graph["outputs"][0]]["dtype"])
         try:
             prog = cg.compile_group(node_subgraph(G, G.graph["outputs"][0]))
         except cg.Unsupported as e:

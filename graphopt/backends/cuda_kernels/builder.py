@@ -175,6 +175,9 @@ def compile_group(sub: nx.MultiDiGraph, literals: dict | None = None, aliased=fr
     for n in order:
         if _kind(G, n) == ops.FUSED:
             raise Unsupported("a fused node inside a fused group")
+        reason = ss.dtype_refusal(G.nodes[n]["dtype"])
+        if reason:
+            raise Unsupported(f"{G.nodes[n]['op']}: {reason}")
     p = _Builder(G, literals, name)
     roots = [n for n in order if _is_root(G, n)]
     mat = set(roots)

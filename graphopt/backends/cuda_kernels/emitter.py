@@ -108,7 +108,7 @@ class StageEmitter:
             pre = (("broadcast_to", shape),) if tuple(ud["shape"]) != shape else ()
             vals.append(((yield (u, pre + chain)), ud["dtype"]))
         in_dtypes = [dt for _, dt in vals]
-        reason = ss.refusal(d["op"], in_dtypes)
+        reason = ss.refusal(d["op"], in_dtypes, d["dtype"])
         if reason:
             raise Unsupported(reason)
         loop, _ = ss.loop_dtypes(d["op"], in_dtypes, d["dtype"])

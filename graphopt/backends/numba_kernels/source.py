@@ -60,6 +60,8 @@ CODEGEN_VERSION = "4"
 PARALLEL_MIN = 1 << 16   # loop-space elements below which a kernel runs on one thread
 NOGIL_MIN = 1 << 14      # loop-space elements below which a kernel keeps the GIL
 
+# float16 groups run on NumPy kernels (numba has no float16), as do the table's
+# UNEMITTED_DTYPES.
 SUPPORTED = ("bool", "int32", "int64", "float32", "float64", "complex64", "complex128")
 SCALAR_HELPERS = ("cdiv_c64", "cdiv_c128", "crecip_c64", "crecip_c128", "cpow_c64",
                   "cpow_c128", "clog_c64", "clog_c128", "ipow")
@@ -113,6 +115,9 @@ def _check_supported(sub, pattern) -> None:
     if found != pattern:
         raise UnsupportedKernel(f"sub-graph is not a {pattern!r} group: {found or reason}")
     for n, d in sub.nodes(data=True):
+        reason = ss.dtype_refusal(d["dtype"])
+        if reason:
+            raise UnsupportedKernel(f"{d['op']}: {reason}")
         if d["dtype"] not in SUPPORTED:
             raise UnsupportedKernel(f"dtype {d['dtype']} ({d['op']}) has no numba kernel")
         if d["op"] == "const" and math.prod(d["shape"]) != 1:
