@@ -141,7 +141,7 @@ class OptimizationReport:
             lines.append(f"  {r.name:<14}{r.seconds * 1e3:>8.2f}  {r.nodes_before:>5} ->"
                          f"{r.nodes_after:>4}  {'yes' if r.changed else 'no ':<7}  "
                          f"{summarize_details(r.details)}")
-        lines += self.contraction_lines()
+        lines += self.contraction_lines() + self.slicing_lines()
         if self.kernels:
             lines.append("")
             lines.append(f"  {'step':>4}  {'kernel':<28}{'impl':<26}{'shape':<18}"
@@ -176,6 +176,26 @@ class OptimizationReport:
             lines.append(f"    node {g['root']}: {g['operands']} operands  "
                          f"{g['flops_before']:.3g} / {g.get('flops_greedy', 0):.3g} / "
                          f"{g['flops_after']:.3g}  {g['decision']} ({found})")
+        return lines
+
+    def slicing_lines(self) -> list[str]:
+        """One line per sliced contraction: the labels sliced and the number of slices, the
+        FLOP overhead of recomputing steps per slice, the largest intermediate of one slice
+        against the limit, and how many slices run at once."""
+        sliced = [r for rec in self.records if rec.name == "slicing"
+                  for r in rec.details.get("sliced", ())]
+        if not sliced:
+            return []
+        lines = ["", "  sliced contractions (to fit memory_limit)"]
+        for r in sliced:
+            labels = ", ".join(f"{c} (blocks of {b})" if b > 1 else c
+                               for c, b in zip(r["slices"], r["slice_blocks"]))
+            lines.append(
+                f"    node {r['node']} {r['equation']!r}: {r['n_slices']} slices over "
+                f"{labels}  FLOPs x{r['flop_overhead']:.3f}  largest intermediate "
+                f"{_mb(r['largest_intermediate_unsliced_bytes'])} -> "
+                f"{_mb(r['largest_intermediate_bytes'])} per slice  up to "
+                f"{r.get('slice_workers', 1)} slice(s) at once")
         return lines
 
     def to_markdown(self) -> str:

@@ -29,6 +29,7 @@ from typing import Iterator, Sequence
 
 import numpy as np
 
+from . import threads
 from .einsum import promote_operands, to_ascii
 from .einsum import split as split_equation
 from .errors import GraphError
@@ -338,13 +339,17 @@ def path_contraction(equation: str, path: tuple) -> PathContraction:
 
 
 def sliced_contract(equation: str, path, slices, arrays: Sequence[np.ndarray], out=None,
-                    blocks=None):
+                    blocks=None, workers: int = 1):
     """``einsum(equation, *arrays)`` along ``path``, looping over ``slices`` (labels) in
     ranges of ``blocks`` index values (default 1 per label: each value its own slice).
 
     Summed labels accumulate into the result; output labels fill disjoint regions. Memory:
-    the result plus one slice's intermediates. ``path`` None: opt_einsum's greedy path.
-    ``out`` (C-contiguous, the result's shape and dtype) receives the result if given."""
+    the result plus one slice's intermediates per worker. ``path`` None: opt_einsum's
+    greedy path. ``out`` (C-contiguous, the result's shape and dtype) receives the result if
+    given. ``workers`` > 1 runs slices at once on graphopt's worker threads (one BLAS thread
+    each): output regions are shared out whole; where only summed labels are sliced, each
+    worker sums its run of slices into a buffer of the result's size (``slice_workers``
+    counts it), added up in worker order, so the result is the same on every call."""
     terms, output = split_equation(equation)
     arrays = promote_operands(arrays)
     sizes = label_sizes(equation, [a.shape for a in arrays])
@@ -359,10 +364,12 @@ def sliced_contract(equation: str, path, slices, arrays: Sequence[np.ndarray], o
         out = np.empty(shape, dtype=dtype)
     outer = [(c, b) for c, b in pairs if c in output]
     inner = [(c, b) for c, b in pairs if c not in output]
-    for region in slice_combinations([c for c, _ in outer], sizes, [b for _, b in outer]):
-        target = operand_view(out, output, region)
+    regions = list(slice_combinations([c for c, _ in outer], sizes, [b for _, b in outer]))
+    parts = list(slice_combinations([c for c, _ in inner], sizes, [b for _, b in inner]))
+
+    def fill(target, region, some_parts) -> None:
         first = True
-        for part in slice_combinations([c for c, _ in inner], sizes, [b for _, b in inner]):
+        for part in some_parts:
             where = {**region, **part}
             res = contract(*(operand_view(a, t, where) for a, t in zip(arrays, terms)))
             if first:
@@ -372,4 +379,45 @@ def sliced_contract(equation: str, path, slices, arrays: Sequence[np.ndarray], o
                 target += res
         if first:  # a summed label of size 0: the empty sum
             target[...] = 0
+
+    workers = max(1, min(int(workers), len(regions) if len(regions) > 1 else len(parts)))
+    if workers == 1:
+        for region in regions:
+            fill(operand_view(out, output, region), region, parts)
+    elif len(regions) > 1:
+        def run_regions(span):
+            for region in regions[span[0]:span[1]]:
+                fill(operand_view(out, output, region), region, parts)
+        threads.run_parallel(run_regions, threads.split(len(regions), workers), workers)
+    else:
+        def run_parts(span):
+            target = out if span[0] == 0 else np.empty(shape, dtype=dtype)
+            fill(target, regions[0], parts[span[0]:span[1]])
+            return target
+        partial = threads.run_parallel(run_parts, threads.split(len(parts), workers), workers)
+        for p in partial[1:]:
+            out += p
     return out
+
+
+def slice_workers(n_slices: int, outer: bool, workspace_bytes: int, out_bytes: int,
+                  limit: int | None, budget: int) -> int:
+    """Slices ``sliced_contract`` may run at once: at most ``budget`` threads and
+    ``n_slices``, and, under ``limit`` bytes, as many as ``workspace_bytes`` each (what
+    the caller bounds one slice by; plus a result-sized buffer each beyond the first where
+    no output label is sliced, ``outer`` False) fit in it."""
+    most = max(1, min(int(budget), int(n_slices)))
+    if limit is None:
+        return most
+    for w in range(most, 1, -1):
+        if parallel_workspace_bytes(w, outer, workspace_bytes, out_bytes) <= limit:
+            return w
+    return 1
+
+
+def parallel_workspace_bytes(workers: int, outer: bool, workspace_bytes: int,
+                             out_bytes: int) -> int:
+    """What ``sliced_contract`` holds beside its result with ``workers`` slices at once:
+    each one's ``workspace_bytes``, and a result-sized buffer for each worker beyond the
+    first where no output label is sliced (``outer`` False)."""
+    return workers * workspace_bytes + (0 if outer else (workers - 1) * out_bytes)

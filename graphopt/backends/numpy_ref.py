@@ -52,23 +52,34 @@ def sliced_kernel(G, n) -> Kernel:
     """An einsum with ``slices`` (or a multi-operand ``path``): run along its path, one slice
     at a time, so its intermediates stay within the memory limit the slicing pass met."""
     from .. import ir
-    from ..sliced_contraction import contraction_workspace_bytes, sliced_contract
+    from ..sliced_contraction import (
+        contraction_workspace_bytes,
+        parallel_workspace_bytes,
+        sliced_contract,
+    )
 
     d = G.nodes[n]
     a = d["attrs"]
     eq, path = a["equation"], a.get("path")
     slices, blocks = list(a.get("slices", ())), a.get("slice_blocks")
+    most = int(a.get("slice_workers", 1))    # the slicing pass's bound for the memory limit
     workspace = contraction_workspace_bytes(eq, [G.nodes[u]["shape"] for u in ir.operands(G, n)],
                                             path, slices, blocks, np.dtype(d["dtype"]).itemsize)
+    workspace = parallel_workspace_bytes(most, any(c in eq.split("->")[1] for c in slices),
+                                         workspace, ir.nbytes(G, n))
 
     def fn(args, out):
-        # opt_einsum's pairwise steps call BLAS, which graphopt cannot split: thread it
-        threads.blas_for_step(threads.current_threads())
-        return sliced_contract(eq, path, slices, args, out=out, blocks=blocks)
+        workers = min(most, threads.current_threads())
+        if workers == 1:
+            # opt_einsum's pairwise steps call BLAS, which graphopt cannot split: thread it
+            threads.blas_for_step(threads.current_threads())
+        return sliced_contract(eq, path, slices, args, out=out, blocks=blocks, workers=workers)
 
     fn.__name__ = f"ref_sliced_einsum_{n}"
     src = (f"# reference: einsum {eq!r} along path {path}, sliced over {slices} "
-           f"(blocks {blocks})\nsliced_contract(equation, path, slices, args, out, blocks)")
+           f"(blocks {blocks}), up to {most} slices at once\n"
+           "sliced_contract(equation, path, slices, args, out, blocks, workers)")
     return Kernel(fn.__name__, fn, src, impl="numpy-sliced", node=n, uses_threads=True,
-                  details={"slices": slices, "slice_blocks": blocks, "path": path},
+                  details={"slices": slices, "slice_blocks": blocks, "path": path,
+                           "slice_workers": most},
                   workspace_bytes=workspace)

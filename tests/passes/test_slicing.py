@@ -16,7 +16,13 @@ from graphopt.passes import PassContext
 from graphopt.passes.contraction import label
 from graphopt.passes.slicing import slicing
 from graphopt.paths import default_path, label_sizes, play_path
-from graphopt.sliced_contraction import find_slices, slice_cost, sliced_contract
+from graphopt.sliced_contraction import (
+    find_slices,
+    parallel_workspace_bytes,
+    slice_cost,
+    slice_workers,
+    sliced_contract,
+)
 
 
 def grid_equation(rows: int, cols: int) -> str:
@@ -134,6 +140,35 @@ def test_sliced_contract_equals_einsum(problem):
     np.testing.assert_allclose(out, expected, rtol=1e-10, atol=1e-10)
 
 
+@given(sliced_problems(), st.integers(2, 4))
+def test_slices_run_at_once_give_the_same_result(problem, workers):
+    eq, arrays, path, slices, blocks = problem
+    one = sliced_contract(eq, path, slices, arrays, blocks=blocks)
+    got = sliced_contract(eq, path, slices, arrays, blocks=blocks, workers=workers)
+    np.testing.assert_allclose(got, one, rtol=1e-10, atol=1e-10)
+    again = sliced_contract(eq, path, slices, arrays, blocks=blocks, workers=workers)
+    np.testing.assert_array_equal(again, got)    # partial sums added in worker order
+
+
+@pytest.mark.parametrize("slices,blocks", [(["i"], [8]), (["a"], [4]), (["i", "a"], [16, 8])])
+def test_parallel_slices_over_output_summed_and_both_labels(slices, blocks):
+    rng = np.random.default_rng(3)
+    x, y, z = rng.standard_normal((64, 16)), rng.standard_normal((64, 16)), \
+        rng.standard_normal((16, 16))
+    eq = "ia,ib,ab->i"
+    got = sliced_contract(eq, None, slices, [x, y, z], blocks=blocks, workers=2)
+    np.testing.assert_allclose(got, np.einsum(eq, x, y, z), rtol=1e-12)
+
+
+def test_slice_workers_fit_the_limit_with_the_partial_sums():
+    assert slice_workers(16, True, 100, 1000, None, 4) == 4
+    assert slice_workers(3, True, 100, 1000, None, 4) == 3       # no more than the slices
+    assert slice_workers(16, True, 100, 1000, 250, 4) == 2       # 2 x 100 <= 250
+    assert slice_workers(16, False, 100, 1000, 1300, 4) == 2     # 2 x 100 + 1 x 1000
+    assert slice_workers(16, False, 100, 1000, 1000, 4) == 1
+    assert parallel_workspace_bytes(3, False, 100, 1000) == 3 * 100 + 2 * 1000
+
+
 def test_sliced_contract_empty_sum_and_unicode_labels():
     a, b = np.ones((3, 0)), np.ones((0, 2))
     np.testing.assert_array_equal(sliced_contract("ab,bc->ac", None, ["b"], [a, b]),
@@ -174,6 +209,38 @@ def test_compiled_network_runs_sliced_within_the_limit_and_equals_unsliced():
     unsliced = go.compile(g, backend="numpy", cache=False)
     assert "slices" not in unsliced.graph.nodes[unsliced.steps[0].node]["attrs"]
     np.testing.assert_allclose(plan(**inputs), unsliced(**inputs), rtol=1e-9)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_slices_are_cut_to_run_at_once_where_it_costs_no_flops(threads):
+    # slicing the output label i costs nothing: with 2 threads the pass cuts slices of half
+    # the limit and runs two at once; the report says so
+    eq, (i, a) = "ia,ib,ic,abc->i", (256, 16)
+    rng = np.random.default_rng(0)
+    arrays = [rng.standard_normal(s) for s in [(i, a), (i, a), (i, a), (a, a, a)]]
+    g = go.Graph("parallel_slices")
+    g.output(go.einsum(eq, *(g.input(f"t{k}", x.shape) for k, x in enumerate(arrays))))
+    limit = 8 * i * a * a // 4
+    plan = go.compile(g, backend="numpy", memory_limit=limit, threads=threads, cache=False)
+    (rec,) = plan.report["slicing"].details["sliced"]
+    assert rec["slice_workers"] == threads and rec["flop_overhead"] == 1.0
+    assert threads * rec["largest_intermediate_bytes"] <= limit
+    step = plan.steps[0]
+    assert step.kernel.impl == "numpy-sliced" and step.kernel.details["slice_workers"] == threads
+    assert f"up to {threads} slice(s) at once" in str(plan.report)
+    np.testing.assert_allclose(plan(*arrays), np.einsum(eq, *arrays), rtol=1e-12)
+
+
+def test_slices_are_cut_for_one_at_a_time_where_more_would_cost_flops():
+    # a 5x6 lattice at bond 8: slices of half the size would cost 2x the FLOPs (more than
+    # PARALLEL_FLOP_OVERHEAD), so its slices run one at a time (each with the BLAS threads)
+    eq, bond = grid_equation(5, 6), 8
+    g = network_graph(eq, bond)
+    plan = go.compile(g, backend="numpy", memory_limit=2 ** 20, threads=2, cache=False)
+    (rec,) = plan.report["slicing"].details["sliced"]
+    assert rec["slice_workers"] == 1 and rec["n_slices"] > 1
+    inputs = network_inputs(eq, bond)
+    np.testing.assert_allclose(plan(**inputs), reference(eq, inputs), rtol=1e-9)
 
 
 def test_sliced_plan_allocates_within_the_predicted_peak():
