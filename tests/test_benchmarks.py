@@ -62,3 +62,16 @@ def test_concurrency_rounds_grow_until_a_sequential_round_takes_min_ms(tmp_path)
                              "1", "--repeat", "1", "--min-ms", "5", "--json", str(out)]) == 0
     r = json.loads(out.read_text())["workloads"]["small"]
     assert r["calls"] > 2 and r["sequential_ms"] >= 2.5, r
+
+
+def test_slices_benchmark_checks_every_result(capsys):
+    from benchmarks import slices
+
+    # 256 x 16 x 16 intermediates (512 KiB) under a 128 KiB limit: sliced over i
+    assert slices.main(["--size", "256", "--bond", "16", "--limit", str(2 ** 17)]) == 0
+    rows = [r for r in capsys.readouterr().out.splitlines() if r.startswith("| graphopt")]
+    assert len(rows) == 3
+    for r in rows:
+        diff = float(r.rstrip(" |").rsplit("|", 1)[1])
+        assert diff < 1e-12, r
+    assert rows[2].split("|")[3].strip() == "2"       # two slices at once with two threads
