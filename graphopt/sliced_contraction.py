@@ -380,11 +380,12 @@ def sliced_contract(equation: str, path, slices, arrays: Sequence[np.ndarray], o
         if first:  # a summed label of size 0: the empty sum
             target[...] = 0
 
-    workers = max(1, min(int(workers), len(regions) if len(regions) > 1 else len(parts)))
+    split = len(regions) > 1          # as splits_result says
+    workers = max(1, min(int(workers), len(regions) if split else len(parts)))
     if workers == 1:
         for region in regions:
             fill(operand_view(out, output, region), region, parts)
-    elif len(regions) > 1:
+    elif split:
         def run_regions(span):
             for region in regions[span[0]:span[1]]:
                 fill(operand_view(out, output, region), region, parts)
@@ -413,6 +414,16 @@ def slice_workers(n_slices: int, outer: bool, workspace_bytes: int, out_bytes: i
         if parallel_workspace_bytes(w, outer, workspace_bytes, out_bytes) <= limit:
             return w
     return 1
+
+
+def splits_result(equation: str, sizes: dict, slices, blocks) -> bool:
+    """Whether the slices cut the result into more than one region (an output label in
+    more than one range): slices run at once then write disjoint regions; otherwise each
+    worker beyond the first sums its slices into a result-sized buffer."""
+    _, output = split_equation(equation)
+    blocks = [1] * len(slices) if blocks is None else list(blocks)
+    return any(c in output and len(slice_ranges(sizes[c], b)) > 1
+               for c, b in zip(slices, blocks) if c in sizes)
 
 
 def parallel_workspace_bytes(workers: int, outer: bool, workspace_bytes: int,

@@ -52,10 +52,12 @@ def sliced_kernel(G, n) -> Kernel:
     """An einsum with ``slices`` (or a multi-operand ``path``): run along its path, one slice
     at a time, so its intermediates stay within the memory limit the slicing pass met."""
     from .. import ir
+    from ..paths import label_sizes
     from ..sliced_contraction import (
         contraction_workspace_bytes,
         parallel_workspace_bytes,
         sliced_contract,
+        splits_result,
     )
 
     d = G.nodes[n]
@@ -63,16 +65,18 @@ def sliced_kernel(G, n) -> Kernel:
     eq, path = a["equation"], a.get("path")
     slices, blocks = list(a.get("slices", ())), a.get("slice_blocks")
     most = int(a.get("slice_workers", 1))    # the slicing pass's bound for the memory limit
-    workspace = contraction_workspace_bytes(eq, [G.nodes[u]["shape"] for u in ir.operands(G, n)],
-                                            path, slices, blocks, np.dtype(d["dtype"]).itemsize)
-    workspace = parallel_workspace_bytes(most, any(c in eq.split("->")[1] for c in slices),
-                                         workspace, ir.nbytes(G, n))
+    shapes = [G.nodes[u]["shape"] for u in ir.operands(G, n)]
+    workspace = contraction_workspace_bytes(eq, shapes, path, slices, blocks,
+                                            np.dtype(d["dtype"]).itemsize)
+    split = splits_result(eq, label_sizes(eq, shapes), slices, blocks)
+    workspace = parallel_workspace_bytes(most, split, workspace, ir.nbytes(G, n))
 
     def fn(args, out):
-        workers = min(most, threads.current_threads())
+        budget = threads.current_threads()
+        workers = min(most, budget)
         if workers == 1:
             # opt_einsum's pairwise steps call BLAS, which graphopt cannot split: thread it
-            threads.blas_for_step(threads.current_threads())
+            threads.blas_for_step(budget)
         return sliced_contract(eq, path, slices, args, out=out, blocks=blocks, workers=workers)
 
     fn.__name__ = f"ref_sliced_einsum_{n}"

@@ -195,10 +195,12 @@ class PassManager:
             if structure_changed:
                 # A schedule or memory plan carried over unchanged from before a structural
                 # change describes a graph that no longer exists.
-                for k in ir.DERIVED_GRAPH_ATTRS:
-                    if k in H.graph and H.graph.get(k) == G.graph.get(k):
-                        del H.graph[k]
-                after = (after[0], ir.graph_key(H))
+                stale = [k for k in ir.DERIVED_GRAPH_ATTRS
+                         if k in H.graph and H.graph.get(k) == G.graph.get(k)]
+                for k in stale:
+                    del H.graph[k]
+                if stale:
+                    after = (after[0], ir.graph_key(H))
             if rec.changed is None:
                 rec.changed = structure_changed or after[1] != frozen.graph_key
             rec.name, rec.seconds = name, seconds

@@ -36,11 +36,7 @@ from .. import ir, threads
 from ..einsum import split as split_equation
 from ..errors import GraphError
 from ..paths import default_path, label_sizes, play_path
-from ..sliced_contraction import (
-    slice_and_repath,
-    slice_cost,
-    slice_workers,
-)
+from ..sliced_contraction import slice_and_repath, slice_cost, slice_workers, splits_result
 from .manager import PassResult, register_pass
 
 
@@ -84,7 +80,7 @@ def _slice_node(G, n, limit: int, optimize, budget: int = 1) -> dict | None:
     except GraphError as e:
         raise GraphError(f"slicing: {e.detail}", op="einsum", src=d.get("src"),
                          node=n) from None
-    workers = _workers(eq, shapes, plan, itemsize, limit, budget)
+    workers = _workers(eq, sizes, plan, itemsize, limit, budget)
     if budget > 1 and workers < budget:
         try:
             path_p, plan_p = slice_and_repath(eq, sizes, path0, itemsize, limit // budget,
@@ -92,20 +88,19 @@ def _slice_node(G, n, limit: int, optimize, budget: int = 1) -> dict | None:
         except GraphError:      # an operand alone exceeds limit / budget
             plan_p = None
         if plan_p is not None and plan_p.flops <= PARALLEL_FLOP_OVERHEAD * plan.flops:
-            workers_p = _workers(eq, shapes, plan_p, itemsize, limit, budget)
+            workers_p = _workers(eq, sizes, plan_p, itemsize, limit, budget)
             if workers_p > workers:
                 path, plan, workers = path_p, plan_p, workers_p
     return {"node": n, "equation": eq, "path": path, "src": d.get("src"), **plan.to_dict(),
             "slice_workers": workers}
 
 
-def _workers(eq, shapes, plan, itemsize: int, limit: int, budget: int) -> int:
+def _workers(eq, sizes, plan, itemsize: int, limit: int, budget: int) -> int:
     # measured as the pass bounds one slice: by its largest intermediate, so that the
     # largest intermediates of the slices running at once fit the limit together
     _, output = split_equation(eq)
-    sizes = label_sizes(eq, shapes)
     out_bytes = itemsize * int(np.prod([sizes[c] for c in output], dtype=np.int64))
-    return slice_workers(plan.n_slices, any(c in output for c in plan.labels),
+    return slice_workers(plan.n_slices, splits_result(eq, sizes, plan.labels, plan.blocks),
                          plan.largest_bytes, out_bytes, limit, budget)
 
 
@@ -118,9 +113,9 @@ def slicing(G: nx.MultiDiGraph, ctx) -> PassResult:
                   if G.nodes[n]["op"] == "einsum" and G.in_degree(n) > 2]
     records, repathed = [], []
     if limit is not None:
+        budget = threads.budget_for(ctx.options.get("threads"), local=False)[0]
         for n in candidates:
-            rec = _slice_node(G, n, int(limit), ctx.optimize,
-                              threads.budget_for(ctx.options.get("threads"), local=False)[0])
+            rec = _slice_node(G, n, int(limit), ctx.optimize, budget)
             if rec is None:
                 continue
             attrs = dict(H.nodes[n]["attrs"], path=[tuple(p) for p in rec["path"]])

@@ -82,7 +82,7 @@ def test_changed_says_whether_the_graph_changed_and_stale_schedules_are_dropped(
         H.graph["schedule"] = ir.topo_order(H)
         return H
 
-    def retypes_constant_factor(G, ctx):   # a structural change that keeps the node count
+    def swaps_einsum_operands(G, ctx):   # a structural change that keeps the node count
         H = ir.copy_graph(G)
         n = _node(H, "einsum")
         H.nodes[n]["attrs"]["equation"] = "jk,ij->ik"
@@ -91,6 +91,6 @@ def test_changed_says_whether_the_graph_changed_and_stale_schedules_are_dropped(
         H.edges[ua, n, ka]["arg"], H.edges[ub, n, kb]["arg"] = 1, 0
         return H
 
-    H, recs = _run(lambda G, ctx: ir.copy_graph(G), schedules, retypes_constant_factor)
+    H, recs = _run(lambda G, ctx: ir.copy_graph(G), schedules, swaps_einsum_operands)
     assert [r.changed for r in recs] == [False, True, True]
     assert "schedule" not in H.graph        # it described the graph before the change

@@ -22,6 +22,7 @@ from graphopt.sliced_contraction import (
     slice_cost,
     slice_workers,
     sliced_contract,
+    splits_result,
 )
 
 
@@ -167,6 +168,10 @@ def test_slice_workers_fit_the_limit_with_the_partial_sums():
     assert slice_workers(16, False, 100, 1000, 1300, 4) == 2     # 2 x 100 + 1 x 1000
     assert slice_workers(16, False, 100, 1000, 1000, 4) == 1
     assert parallel_workspace_bytes(3, False, 100, 1000) == 3 * 100 + 2 * 1000
+    sizes = {"i": 8, "a": 4, "b": 4}
+    assert splits_result("ia,ib->i", sizes, ["i"], [4])
+    assert not splits_result("ia,ib->i", sizes, ["i"], [8])     # one range: no regions
+    assert not splits_result("ia,ib->i", sizes, ["a"], None)    # summed labels only
 
 
 def test_sliced_contract_empty_sum_and_unicode_labels():
