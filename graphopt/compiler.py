@@ -20,7 +20,9 @@ from . import ir
 from .backends import BACKENDS, get_backend
 from .errors import GraphError
 from .graph import Graph
+from .passes.contraction import contraction_only
 from .passes.manager import (
+    CONTRACTION_ONLY_PIPELINE,
     PASS_OPTIONS,
     PassContext,
     PassManager,
@@ -165,7 +167,12 @@ def compile(graph, backend: str = "auto", opt_level: int = 2, memory_limit=None,
     backend_name = resolve_backend(backend)
     if isinstance(disable, str):
         disable = {disable}
-    pass_list = list(passes) if passes is not None else pipeline_for(opt_level)
+    backend_obj = get_backend(backend_name)
+    whole = (passes is None and backend_obj.runs_contraction_paths and
+             "contraction" not in set(disable) | env_disabled() and
+             not options.get("kernel_forms") and contraction_only(G))
+    pass_list = list(passes) if passes is not None else pipeline_for(opt_level, whole)
+    whole = whole and pass_list == CONTRACTION_ONLY_PIPELINE
     _check_options(options, backend_name, pass_list, disable)
     if check_threads(threads, "compile(threads=)") is not None:
         options["threads"] = threads
@@ -181,9 +188,9 @@ def compile(graph, backend: str = "auto", opt_level: int = 2, memory_limit=None,
                 return _CACHE[key]
 
     ctx = PassContext(opt_level=opt_level, memory_limit=memory_limit, optimize=optimize,
-                      backend=backend_name, options=dict(options), debug=bool(debug))
-    source = ir.copy_graph(G)
-    backend_obj = get_backend(backend_name)
+                      backend=backend_name, options=dict(options), debug=bool(debug),
+                      whole_contraction=whole)
+    source = G   # ``G`` is compile's own copy, and passes never change their input
     unsupported = {name: f"backend {backend_name!r} {why}"
                    for name, why in backend_obj.unsupported_passes.items()}
     optimized, records = PassManager(pass_list, disable=disable, debug=debug,

@@ -76,6 +76,8 @@ class Plan(StepsIntrospection):
         self.report = report
         self.options = dict(options or {})
         self.threads = threads.check_threads(self.options.get("threads"), "threads")
+        # numba's threads are set per call only where a step may run numba code
+        self._numba = any(s.kernel.impl not in threads.NO_NUMBA_IMPLS for s in steps)
         self._input_slots = tuple(input_slots)
         self._output_slots = tuple(output_slots)
         self._init_vals = list(init_vals)
@@ -202,7 +204,7 @@ class Plan(StepsIntrospection):
         """Execute on already-bound inputs (see ``bind``), with this call's share of the
         thread budget (``graphopt.threads``); ``clock`` as in ``run_steps``."""
         arena = self._checkout()
-        threads.enter_call(self.threads)
+        threads.enter_call(self.threads, numba=self._numba)
         try:
             vals, outs = arena.vals, arena.outs
             self.place_inputs(vals, arrays)

@@ -175,7 +175,8 @@ class OptimizationReport:
                          f"{s['cache']}")
             lines.append(f"    node {g['root']}: {g['operands']} operands  "
                          f"{g['flops_before']:.3g} / {g.get('flops_greedy', 0):.3g} / "
-                         f"{g['flops_after']:.3g}  {g['decision']} ({found})")
+                         f"{g['flops_after']:.3g}  {g['decision']}"
+                         f"{', one node along the path' if g.get('emitted') else ''} ({found})")
         return lines
 
     def slicing_lines(self) -> list[str]:

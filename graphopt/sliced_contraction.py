@@ -21,7 +21,6 @@ and ``attrs["path"]``.
 
 from __future__ import annotations
 
-import functools
 import itertools
 import math
 from dataclasses import dataclass
@@ -30,7 +29,8 @@ from typing import Iterator, Sequence
 import numpy as np
 
 from . import threads
-from .einsum import promote_operands, to_ascii
+from .contraction_program import path_contraction
+from .einsum import promote_operands
 from .einsum import split as split_equation
 from .errors import GraphError
 from .paths import default_path, label_sizes, play_path, step_flops
@@ -303,43 +303,8 @@ def operand_view(array, term: str, where: dict):
     return array[tuple(where.get(c, slice(None)) for c in term)]
 
 
-class PathContraction:
-    """``equation`` along ``path`` as opt_einsum contract expressions, one per operand-shape
-    signature (ragged last slices have their own); picklable for dask workers."""
-
-    def __init__(self, equation: str, path):
-        self.equation = equation
-        self.path = [tuple(p) for p in path]
-        self._exprs: dict = {}
-
-    def __getstate__(self):
-        return {"equation": self.equation, "path": self.path}
-
-    def __setstate__(self, state):
-        self.__init__(state["equation"], state["path"])
-
-    def __call__(self, *arrays):
-        import opt_einsum
-
-        if len(arrays) <= 2:
-            return np.einsum(to_ascii(self.equation), *arrays)
-        key = tuple((a.shape, a.dtype.str) for a in arrays)
-        expr = self._exprs.get(key)
-        if expr is None:
-            expr = opt_einsum.contract_expression(self.equation, *(a.shape for a in arrays),
-                                                  optimize=self.path)
-            self._exprs[key] = expr
-        return expr(*arrays)
-
-
-@functools.lru_cache(maxsize=256)
-def path_contraction(equation: str, path: tuple) -> PathContraction:
-    """A shared ``PathContraction`` (its contract expressions are built once per shape)."""
-    return PathContraction(equation, path)
-
-
 def sliced_contract(equation: str, path, slices, arrays: Sequence[np.ndarray], out=None,
-                    blocks=None, workers: int = 1):
+                    blocks=None, workers: int = 1, matmul=None):
     """``einsum(equation, *arrays)`` along ``path``, looping over ``slices`` (labels) in
     ranges of ``blocks`` index values (default 1 per label: each value its own slice).
 
@@ -349,7 +314,8 @@ def sliced_contract(equation: str, path, slices, arrays: Sequence[np.ndarray], o
     given. ``workers`` > 1 runs slices at once on graphopt's worker threads (one BLAS thread
     each): output regions are shared out whole; where only summed labels are sliced, each
     worker sums its run of slices into a buffer of the result's size (``slice_workers``
-    counts it), added up in worker order, so the result is the same on every call."""
+    counts it), added up in worker order, so the result is the same on every call.
+    ``matmul(a, b, c)`` runs the steps' GEMMs (``PathContraction``)."""
     terms, output = split_equation(equation)
     arrays = promote_operands(arrays)
     sizes = label_sizes(equation, [a.shape for a in arrays])
@@ -371,12 +337,15 @@ def sliced_contract(equation: str, path, slices, arrays: Sequence[np.ndarray], o
         first = True
         for part in some_parts:
             where = {**region, **part}
-            res = contract(*(operand_view(a, t, where) for a, t in zip(arrays, terms)))
+            views = [operand_view(a, t, where) for a, t in zip(arrays, terms)]
             if first:
-                np.copyto(target, res, casting="unsafe")
+                res = contract(*views, out=target, matmul=matmul)
+                if res is not target:
+                    np.copyto(target, res, casting="unsafe")
                 first = False
-            else:
-                target += res
+                continue
+            res = contract(*views, matmul=matmul)
+            target += res
         if first:  # a summed label of size 0: the empty sum
             target[...] = 0
 

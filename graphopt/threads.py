@@ -12,9 +12,9 @@ may run on (``os.sched_getaffinity``). Every plan call runs between ``enter_call
 - numba kernels get the call's share through ``numba.set_num_threads`` (per thread);
 - BLAS runs one thread inside graphopt: a large GEMM is split over the call's threads by
   graphopt itself (``backends/cpu_gemm.py``) and tiled blocks run in parallel
-  (``run_parallel``), each part a single-threaded BLAS call on graphopt's workers. A library
-  call graphopt cannot split (opt_einsum along a path) gets BLAS threaded
-  (``blas_for_step``). The user's own BLAS setting is given back when no call is in flight.
+  (``run_parallel``), each part a single-threaded BLAS call on graphopt's workers (a
+  contraction along a path runs its GEMMs the same way). The user's own BLAS setting is
+  given back when no call is in flight.
 
 Why graphopt splits GEMMs instead of threading OpenBLAS: OpenBLAS's workers spin for about
 0.1 s after every threaded call, and numba's OpenMP workers spin after every parallel
@@ -173,16 +173,6 @@ def blas_one_thread() -> None:
             _set_blas(1)
 
 
-def blas_for_step(n: int) -> None:
-    """Before a library call that graphopt cannot split (opt_einsum along a path, slices):
-    BLAS gets the call's ``n`` threads while it is the only call in flight and outside
-    parallel regions, else one."""
-    want = n if _active_calls <= 1 and _regions == 0 else 1
-    if _blas_threads != want and _active_calls:
-        with _lock:
-            _set_blas(want if _active_calls <= 1 and _regions == 0 else 1)
-
-
 def blas_threads() -> int | None:
     """What graphopt set BLAS to for the calls in flight (``None``: the user's own)."""
     return _blas_threads
@@ -273,11 +263,17 @@ def call_slots(n: int):
     return q
 
 
-def enter_call(plan_threads: int | None) -> int:
+# Kernel implementations that run no numba code: a plan of only these never starts numba's
+# threading layer (a few ms at a process's first call).
+NO_NUMBA_IMPLS = frozenset({"numpy", "numpy-sliced", "numpy-einsum", "numpy-ufunc",
+                            "blas-gemm", "copy"})
+
+
+def enter_call(plan_threads: int | None, numba: bool = True) -> int:
     """A plan call starts in this thread (waiting for a slot while the process budget's
     worth of calls run): returns the threads it may use, ``budget // calls in flight``
-    (numba set to them for this thread). A call made inside a call (same thread) takes no
-    slot. Pair with ``exit_call``."""
+    (numba set to them for this thread where the plan runs ``numba`` code). A call made
+    inside a call (same thread) takes no slot. Pair with ``exit_call``."""
     global _active_calls
     mine = _local.__dict__
     budget = mine.get("override") or plan_threads or _default or default_threads()
@@ -289,7 +285,7 @@ def enter_call(plan_threads: int | None) -> int:
         _active_calls += 1
         calls = _active_calls
     n = mine["call"] = budget // calls or 1
-    if mine.get("numba") != n:
+    if numba and mine.get("numba") != n:
         set_numba_threads(n)
     return n
 

@@ -340,3 +340,79 @@ def test_byte_swapped_inputs_through_layout_ops(backend):        # ISSUE 12: 12
     np.testing.assert_allclose(e, np.exp(a.astype(np.float32)) + 1, rtol=1e-6)
     np.testing.assert_array_equal(a, keep)
     assert a.dtype.byteorder == ">"          # the user's array is neither swapped nor copied
+
+
+# --------------------------------------------------------------- one contraction of inputs
+
+
+def _chain(g, n=14, dim=6, dtype="float64"):
+    """``n`` matrices multiplied as one einsum (a small tensor network)."""
+    import opt_einsum
+
+    labels = [opt_einsum.get_symbol(i) for i in range(n + 1)]
+    eq = ",".join(labels[i] + labels[i + 1] for i in range(n)) + "->" + labels[0] + labels[-1]
+    ins = [g.input(f"m{i}", (dim, dim), dtype) for i in range(n)]
+    return eq, ins
+
+
+def _chain_arrays(n=14, dim=6, seed=0):
+    rng = np.random.default_rng(seed)
+    return [rng.normal(size=(dim, dim)) / dim ** 0.5 for _ in range(n)]
+
+
+@pytest.mark.parametrize("backend", ["numba", "numpy"])
+def test_one_contraction_of_inputs_compiles_by_the_contraction_only_pipeline(backend):
+    g = go.Graph("chain")
+    eq, ins = _chain(g)
+    g.output(go.einsum(eq, *ins))
+    plan = go.compile(g, backend=backend, cache=False)
+    assert [r.name for r in plan.report.records] == ["contraction", "slicing"]
+    (step,) = plan.steps
+    assert step.kernel.impl == "numpy-sliced" and not plan._numba
+    group = plan.report["contraction"].details["groups"][0]
+    assert group["emitted"] == "one node along the path" and group["decision"] == "reordered"
+    assert plan.graph.nodes[step.node]["attrs"]["path"] == group["path"]
+    assert "one node along the path" in str(plan.report)
+    arrays = _chain_arrays()
+    np.testing.assert_allclose(plan(*arrays), np.einsum(eq, *arrays), rtol=1e-12, atol=1e-14)
+
+
+@pytest.mark.parametrize("kwargs", [dict(opt_level=1), dict(disable=("contraction",)),
+                                    dict(passes=["contraction"]), dict(backend="dask"),
+                                    dict(kernel_forms={"contraction": "numpy-einsum"})])
+def test_other_settings_keep_their_pipeline(kwargs):
+    if kwargs.get("backend") == "dask":
+        pytest.importorskip("dask.distributed")
+    g = go.Graph("chain")
+    eq, ins = _chain(g, n=5)
+    g.output(go.einsum(eq, *ins))
+    plan = go.compile(g, cache=False, **kwargs)
+    names = [r.name for r in plan.report.records]
+    assert names != ["contraction", "slicing"]
+    groups = [gr for r in plan.report.records if r.name == "contraction"
+              for gr in r.details["groups"]]
+    assert all("emitted" not in gr for gr in groups)
+    arrays = _chain_arrays(n=5)
+    np.testing.assert_allclose(plan(*arrays), np.einsum(eq, *arrays), rtol=1e-12, atol=1e-14)
+
+
+def test_a_graph_with_more_than_the_contraction_keeps_the_full_pipeline():
+    g = go.Graph("chain")
+    eq, ins = _chain(g, n=5)
+    g.output(go.exp(go.einsum(eq, *ins)))
+    plan = go.compile(g, backend="numba", cache=False)
+    assert "fusion" in [r.name for r in plan.report.records]
+    assert all(s.kernel.impl != "numpy-sliced" for s in plan.steps)
+
+
+def test_memory_limit_still_slices_one_contraction_of_inputs():
+    g = go.Graph("outer")
+    a, b, c = (g.input(x, (64, 64), "float64") for x in "abc")
+    # the pairwise outer product of a and b would hold 64**4 elements
+    g.output(go.einsum("ij,kl,jl->ik", a, b, c))
+    plan = go.compile(g, backend="numba", cache=False, memory_limit=200_000)
+    assert [r.name for r in plan.report.records] == ["contraction", "slicing"]
+    rng = np.random.default_rng(0)
+    x, y, z = (rng.normal(size=(64, 64)) for _ in range(3))
+    np.testing.assert_allclose(plan(x, y, z), np.einsum("ij,kl,jl->ik", x, y, z),
+                               rtol=1e-10, atol=1e-10)

@@ -58,3 +58,42 @@ def test_flops_do_not_overflow_on_huge_networks():
 def test_a_path_that_does_not_fit_is_a_graph_error(path, why):
     with pytest.raises(GraphError, match=why):
         paths.play_path(["ab", "bc", "cd"], "ad", path)
+
+
+def _random_terms(seed):
+    eq, shapes = rand_equation(3 + seed % 7, 1 + seed % 4, seed=seed, d_min=1, d_max=3,
+                               n_out=seed % 4, return_size_dict=False)
+    terms, output = eq.split("->")[0].split(","), eq.split("->")[1]
+    if seed % 3 == 0 and terms[0]:       # a repeated label (a diagonal) in the first term
+        terms[0] += terms[0][0]
+        shapes[0] = tuple(shapes[0]) + (shapes[0][0],)
+    return terms, output, paths.label_sizes(",".join(terms) + "->" + output, shapes)
+
+
+@pytest.mark.parametrize("seed", range(300))
+def test_left_to_right_cost_is_the_written_order_played(seed):
+    terms, output, sizes = _random_terms(seed)
+    played = paths.play(terms, output, sizes, paths.left_to_right(len(terms)))
+    assert paths.left_to_right_cost(terms, output, sizes) == \
+        (played.flops, played.largest, played.write)
+
+
+def test_left_to_right_cost_with_a_size_zero_label():
+    sizes = {"a": 2, "b": 0, "c": 3, "d": 4}
+    played = paths.play(["ab", "bc", "cd"], "ad", sizes, paths.left_to_right(3))
+    assert paths.left_to_right_cost(["ab", "bc", "cd"], "ad", sizes) == \
+        (played.flops, played.largest, played.write)
+
+
+def test_left_to_right_cost_on_large_networks_matches_play():
+    # 400 tensors on a ring, written in ring order (the accumulated term stays small), and
+    # the same with a last tensor bonded to all of them (it grows to 400 labels)
+    sym = opt_einsum.get_symbol
+    ring = [sym(i) + sym((i + 1) % 400) for i in range(400)]
+    hub = [t + sym(400 + i) for i, t in enumerate(ring)] + \
+        ["".join(sym(400 + i) for i in range(400))]
+    for terms in (ring, hub):
+        sizes = {c: 2 for t in terms for c in t}
+        played = paths.play(terms, "", sizes, paths.left_to_right(len(terms)))
+        assert paths.left_to_right_cost(terms, "", sizes) == \
+            (played.flops, played.largest, played.write)

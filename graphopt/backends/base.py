@@ -34,6 +34,10 @@ class Backend:
     # Computes on the caller's host arrays as they are (``asarray`` is the identity): a plan
     # may then bind exactly-typed NumPy inputs without converting them.
     host_arrays = True
+    # Runs a many-operand einsum along its ``path`` attr as one kernel about as fast as the
+    # pairwise nodes the contraction pass would emit for it (``contraction_program``): a graph
+    # that is one contraction then compiles by ``CONTRACTION_ONLY_PIPELINE``.
+    runs_contraction_paths = False
 
     def __init__(self, **options):
         self.options = options

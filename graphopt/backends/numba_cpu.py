@@ -29,10 +29,17 @@ from .. import cost, ops, threads
 from .. import einsum as einsum_mod
 from ..einsum import to_ascii
 from ..errors import GraphError
+from ..gemm import (
+    BLAS_DTYPES,
+    gemm_plan,
+    gemm_source,
+    gemm_workspace_bytes,
+    run_gemm,
+    transpose_copy_bytes,
+)
 from ..kernel import Kernel
 from .base import Backend, register_backend
 from .cpu_gemm import threaded_matmul
-from .gemm import gemm_plan, gemm_source, gemm_workspace_bytes, run_gemm, transpose_copy_bytes
 from .numpy_ref import reference_kernel, sliced_kernel
 from .tiled import tiled_kernel
 
@@ -53,6 +60,7 @@ class NumbaBackend(Backend):
     compile_options = frozenset({"fast_math", "kernel_forms"})
     unsupported_passes = MappingProxyType({})   # it runs tiled regions block by block
     install_hint = "pip install numba  (or compile(..., backend='numpy'), the reference)"
+    runs_contraction_paths = True
 
     @classmethod
     def available(cls) -> bool:
@@ -280,14 +288,14 @@ def contraction_candidates(eq: str, shapes, dtype: str) -> list[tuple[str, str, 
     flops = 2.0 * math.prod(sizes.values())
     est_einsum = EINSUM_OVERHEAD + flops / EINSUM_FLOPS
     p = gemm_plan(eq, shapes) if len(shapes) == 2 else None
-    if p is not None and dtype in GEMM_FLOPS:
+    if p is not None and dtype in BLAS_DTYPES:
         B, M, K, N = p.bmkn
         copy = transpose_copy_bytes(p, shapes, np.dtype(dtype).itemsize)
         est = GEMM_OVERHEAD + 2.0 * B * M * K * N / GEMM_FLOPS[dtype] + copy / COPY_BYTES
         out.append(("blas-gemm", f"{'batched ' if B > 1 else ''}GEMM B,M,K,N={p.bmkn}, "
                     f"{copy} B of transposes", est))
     why = ("not a GEMM (a repeated label: trace or diagonal)" if len(shapes) == 2 and p is None
-           else f"{dtype}: no BLAS" if p is not None and dtype not in GEMM_FLOPS
+           else f"{dtype}: no BLAS" if p is not None and dtype not in BLAS_DTYPES
            else "np.einsum's loops")
     out.append(("numpy-einsum", why, est_einsum))
     return sorted(out, key=lambda c: c[2])

@@ -12,6 +12,7 @@ from .. import ops, threads
 from ..interpreter import eval_node
 from ..kernel import Kernel
 from .base import Backend, register_backend
+from .cpu_gemm import threaded_matmul
 
 
 @register_backend
@@ -19,6 +20,7 @@ class NumpyBackend(Backend):
     """The reference backend: every node through the interpreter's NumPy semantics."""
     name = "numpy"
     install_hint = "numpy is a core dependency"
+    runs_contraction_paths = True
 
     def kernel(self, G, n, ctx) -> Kernel:
         return reference_kernel(G, n)
@@ -72,12 +74,10 @@ def sliced_kernel(G, n) -> Kernel:
     workspace = parallel_workspace_bytes(most, split, workspace, ir.nbytes(G, n))
 
     def fn(args, out):
-        budget = threads.current_threads()
-        workers = min(most, budget)
-        if workers == 1:
-            # opt_einsum's pairwise steps call BLAS, which graphopt cannot split: thread it
-            threads.blas_for_step(budget)
-        return sliced_contract(eq, path, slices, args, out=out, blocks=blocks, workers=workers)
+        workers = min(most, threads.current_threads())
+        # each step's GEMM is split over the call's threads (one each inside a worker)
+        return sliced_contract(eq, path, slices, args, out=out, blocks=blocks, workers=workers,
+                               matmul=threaded_matmul)
 
     fn.__name__ = f"ref_sliced_einsum_{n}"
     src = (f"# reference: einsum {eq!r} along path {path}, sliced over {slices} "

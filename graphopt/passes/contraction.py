@@ -26,7 +26,7 @@ from .. import cost, ir, path_search
 from .. import einsum as einsum_mod
 from ..einsum import label
 from ..errors import GraphError
-from ..paths import Steps, combo_cost, label_sizes, left_to_right, play
+from ..paths import Steps, combo_cost, label_sizes, left_to_right, left_to_right_cost, play
 from .manager import PassResult, register_pass
 
 # optimize="auto": exhaustive search up to AUTO_OPTIMAL_MAX operands, dynamic programming
@@ -84,6 +84,18 @@ def find_groups(G) -> list[list[int]]:
         if any(G.nodes[n]["op"] == "einsum" for n in group):
             groups.append(group)
     return groups
+
+
+def contraction_only(G) -> bool:
+    """Whether ``G`` computes one einsum of three or more graph inputs and nothing else (a
+    tensor network, ``go.contract``): see ``manager.CONTRACTION_ONLY_PIPELINE``."""
+    computed = [n for n, op in G.nodes(data="op") if op not in ("input", "const")]
+    if len(computed) != 1:
+        return False
+    d = G.nodes[computed[0]]
+    args = ir.operands(G, computed[0])
+    return (d["op"] == "einsum" and len(args) > 2 and "slices" not in d["attrs"] and
+            all(G.nodes[u]["op"] == "input" for u in args))
 
 
 @dataclass
@@ -189,9 +201,11 @@ def search(fn, m: Merged, memory_limit: int | None) -> Steps | None:
 # ------------------------------------------------------------------------------------- pass
 
 
-def user_cost(G, group: list[int]) -> tuple[int, int, int]:
+def user_cost(G, group: list[int], written=None) -> tuple[int, int, int]:
     """FLOPs, largest intermediate and elements written (elements) of ``group`` as the user
-    wrote it; a multi-operand einsum counts along its ``path`` attr, else left to right."""
+    wrote it; a multi-operand einsum counts along its ``path`` attr, else left to right
+    (``written``: that order's ``left_to_right_cost`` already counted, for a group of one
+    einsum)."""
     flops = sum(cost.node_flops(G, n) for n in group)
     largest = max((math.prod(G.nodes[n]["shape"]) for n in group[1:]), default=0)
     write = 0
@@ -201,9 +215,15 @@ def user_cost(G, group: list[int]) -> tuple[int, int, int]:
             eq = d["attrs"]["equation"]
             ins, out = einsum_mod.split(eq)
             sizes = label_sizes(eq, [G.nodes[u]["shape"] for u in ir.operands(G, n)])
-            steps = play(ins, out, sizes, d["attrs"].get("path") or left_to_right(len(ins)))
-            largest = max(largest, steps.largest)
-            write += steps.write
+            path = d["attrs"].get("path")
+            if path:
+                s = play(ins, out, sizes, path)
+                _, big, wrote = s.flops, s.largest, s.write
+            else:
+                _, big, wrote = (written if written is not None and len(group) == 1 else
+                                 left_to_right_cost(ins, out, sizes))
+            largest = max(largest, big)
+            write += wrote
         else:
             write += math.prod(d["shape"])
     return flops, largest, write
@@ -233,6 +253,22 @@ def _unconstrained(fn, m: Merged, ctx) -> tuple[Steps | None, dict | None]:
     return search(fn, m, None), None
 
 
+def _needs_slicing(m: Merged, rec: dict, free: Steps | None, written, itemsize: int,
+                   memory_limit: int, limit: int) -> Steps:
+    """One multi-operand node along the cheaper of the unconstrained path and the written
+    order (``written``: its ``left_to_right_cost``, or None), for the slicing pass."""
+    written = written or left_to_right_cost(m.terms, m.output, m.sizes)
+    best = free
+    if best is None or combo_cost(written[0], written[2]) < best.combo:
+        best = play(m.terms, m.output, m.sizes, left_to_right(len(m.terms)))
+    rec.update(decision="needs slicing", path=best.path, flops_after=best.flops,
+               largest_intermediate_after=_size(best.largest, itemsize),
+               reason=f"no pairwise order keeps every intermediate within "
+                      f"{memory_limit} bytes ({limit} elements)")
+    whole = [(tuple(range(len(m.terms))), m.terms, m.output)]
+    return Steps(best.path, whole, best.flops, best.largest, False, best.write)
+
+
 def _plan_group(G, group: list[int], ctx) -> tuple[Merged, dict, Steps | None]:
     """Decide what to do with one group: ``(merged, record, steps)``; ``steps`` is None where
     the user's nodes stay. Candidates are compared by ``Steps.combo`` (FLOPs plus 64 per
@@ -242,9 +278,12 @@ def _plan_group(G, group: list[int], ctx) -> tuple[Merged, dict, Steps | None]:
     m = merge(G, group)
     itemsize = np.dtype(d["dtype"]).itemsize
     limit = None if ctx.memory_limit is None else int(ctx.memory_limit) // itemsize
-    user_flops, user_largest, user_write = user_cost(G, group)
-    user_combo = combo_cost(user_flops, user_write)
     user_pairwise = all(G.in_degree(n) <= 2 for n in group)
+    # the written order of one multi-operand einsum: (flops, largest, write)
+    ltr = (left_to_right_cost(m.terms, m.output, m.sizes)
+           if len(group) == 1 and not user_pairwise else None)
+    user_flops, user_largest, user_write = user_cost(G, group, ltr)
+    user_combo = combo_cost(user_flops, user_write)
     fn, name = optimizer_for(ctx.optimize, len(m.terms))
     free, search_rec = _unconstrained(fn, m, ctx)
     if search_rec is not None:
@@ -279,10 +318,8 @@ def _plan_group(G, group: list[int], ctx) -> tuple[Merged, dict, Steps | None]:
     cands = [(user_combo, 0 if user_pairwise else 3, None)] if user_fits else []
     if fits(found):
         cands.append((found.combo, 1, found))
-    if len(group) == 1 and not user_pairwise:
-        ltr = play(m.terms, m.output, m.sizes, left_to_right(len(m.terms)))
-        if fits(ltr):
-            cands.append((ltr.combo, 2, ltr))
+    if ltr is not None and (limit is None or ltr[1] <= limit):
+        cands.append((combo_cost(ltr[0], ltr[2]), 2, "written"))
     rec = {"root": root, "ops": [G.nodes[n]["op"] for n in group], "operands": len(m.terms),
            "equation": m.equation, "optimizer": name, "flops_before": user_flops,
            "largest_intermediate_before": _size(user_largest, itemsize)}
@@ -292,15 +329,10 @@ def _plan_group(G, group: list[int], ctx) -> tuple[Merged, dict, Steps | None]:
         rec["flops_greedy"] = ((search_rec or {}).get("greedy_flops") or
                                search(oe_paths.greedy, m, None).flops)
     if not cands:  # nothing pairwise fits the limit: one multi-operand node, sliced later
-        options = [free, play(m.terms, m.output, m.sizes, left_to_right(len(m.terms)))]
-        best = min((s for s in options if s is not None), key=lambda s: s.combo)
-        rec.update(decision="needs slicing", path=best.path, flops_after=best.flops,
-                   largest_intermediate_after=_size(best.largest, itemsize),
-                   reason=f"no pairwise order keeps every intermediate within "
-                          f"{ctx.memory_limit} bytes ({limit} elements)")
-        whole = [(tuple(range(len(m.terms))), m.terms, m.output)]
-        return m, rec, Steps(best.path, whole, best.flops, best.largest, False, best.write)
+        return m, rec, _needs_slicing(m, rec, free, ltr, itemsize, ctx.memory_limit, limit)
     _, _, steps = min(cands, key=lambda c: c[:2])
+    if steps == "written":
+        steps = play(m.terms, m.output, m.sizes, left_to_right(len(m.terms)))
     if steps is None:
         if fits(found):
             reason = (f"user order costs {user_flops} FLOPs, {user_write} elements written "
@@ -345,10 +377,11 @@ def contraction(G: nx.MultiDiGraph, ctx) -> PassResult:
         root = group[0]
         rd = G.nodes[root]
         operands = [replaced.get(u, u) for u in m.operands]
-        if rec["decision"] == "needs slicing":
+        if rec["decision"] == "needs slicing" or ctx.whole_contraction:
             new = ir.add_op(H, "einsum", operands, {"equation": m.equation, "path": steps.path},
                             src=rd["src"])
             rec["node"] = new
+            rec["emitted"] = "one node along the path"
         else:
             new = _emit_pairwise(H, m, steps, operands, rd["src"])
         nd = H.nodes[new]

@@ -57,6 +57,9 @@ class PassContext:
     backend: str = "numpy"
     options: dict = field(default_factory=dict)
     debug: bool = False
+    # The graph is one contraction of graph inputs, compiled by ``CONTRACTION_ONLY_PIPELINE``:
+    # the contraction pass keeps its group as one node, run along its path.
+    whole_contraction: bool = False
 
 
 PASSES: dict[str, Callable] = {}
@@ -109,16 +112,31 @@ PIPELINES: dict[int, list[str]] = {
 }
 
 
+_BUILTIN_PIPELINES = {level: list(names) for level, names in PIPELINES.items()}
+
+# opt_level 2 on a graph that computes one contraction of graph inputs and nothing else (a
+# tensor network, ``go.contract``), on a backend that runs a contraction along its path as
+# one kernel: simplify, CSE, DCE, fusion, tiling, scheduling and memory planning have
+# nothing to act on in one einsum of inputs, and pairwise nodes would buy nothing but
+# compile time (about 0.1 ms per node and pass), so only these run.
+CONTRACTION_ONLY_PIPELINE = ["contraction", "slicing"]
+
+
 def register_pipeline(level: int, names: Sequence[str]) -> None:
     """Make ``names`` the pipeline of ``opt_level`` ``level``."""
     PIPELINES[level] = list(names)
 
 
-def pipeline_for(opt_level: int) -> list[str]:
-    """The registered passes of ``opt_level``'s pipeline, in order."""
+def pipeline_for(opt_level: int, contraction_only: bool = False) -> list[str]:
+    """The registered passes of ``opt_level``'s pipeline, in order; with
+    ``contraction_only`` (see ``CONTRACTION_ONLY_PIPELINE``) at opt_level 2, unless that
+    pipeline was replaced, the contraction-only one."""
     if opt_level not in PIPELINES:
         raise GraphError(f"opt_level must be one of {sorted(PIPELINES)}, got {opt_level!r}")
-    return [n for n in PIPELINES[opt_level] if n in PASSES]
+    names = PIPELINES[opt_level]
+    if contraction_only and opt_level == 2 and names == _BUILTIN_PIPELINES[2]:
+        names = CONTRACTION_ONLY_PIPELINE
+    return [n for n in names if n in PASSES]
 
 
 def env_disabled() -> set[str]:
@@ -180,10 +198,10 @@ class PassManager:
             t0 = time.perf_counter()
             result = fn(G, ctx)
             seconds = time.perf_counter() - t0
-            frozen.check(G, name)
+            checked = frozen.check(G, name)
             H, rec = _normalize(result, name)
-            after = (ir.node_keys(H), ir.graph_key(H)) if isinstance(H, nx.MultiDiGraph) \
-                else ({}, ())
+            after = checked if H is G else (ir.node_keys(H), ir.graph_key(H)) \
+                if isinstance(H, nx.MultiDiGraph) else ({}, ())
             if self.verify:
                 try:
                     ir.verify(H, pass_name=name,
@@ -244,8 +262,12 @@ class _Snapshot:
         self.keys, self.graph_key = known or (ir.node_keys(G), ir.graph_key(G))
         self.hash = ir.structural_hash(G) if thorough else None
 
-    def check(self, G, name):
-        if ir.node_keys(G) != self.keys or ir.graph_key(G) != self.graph_key or \
+    def check(self, G, name) -> tuple:
+        """``G``'s (node keys, graph key), which must be those it had before the pass (a
+        pass that changes nothing may return ``G`` itself)."""
+        keys, graph_key = ir.node_keys(G), ir.graph_key(G)
+        if keys != self.keys or graph_key != self.graph_key or \
                 self.hash is not None and ir.structural_hash(G) != self.hash:
             raise GraphError(f"pass {name!r} mutated its input graph; passes must return a "
                              "new graph (use ir.copy_graph)")
+        return keys, graph_key

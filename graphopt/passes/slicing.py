@@ -107,10 +107,10 @@ def _workers(eq, sizes, plan, itemsize: int, limit: int, budget: int) -> int:
 @register_pass("slicing")
 def slicing(G: nx.MultiDiGraph, ctx) -> PassResult:
     """Slice multi-operand einsums whose intermediates exceed ``ctx.memory_limit``."""
-    H = ir.copy_graph(G)
     limit = ctx.memory_limit
+    H = G if limit is None else ir.copy_graph(G)    # without a limit ``G`` is returned as is
     candidates = [n for n in ir.topo_order(G)
-                  if G.nodes[n]["op"] == "einsum" and G.in_degree(n) > 2]
+                  if G.nodes[n]["op"] == "einsum" and G.in_degree(n) > 2] if limit else []
     records, repathed = [], []
     if limit is not None:
         budget = threads.budget_for(ctx.options.get("threads"), local=False)[0]

@@ -17,8 +17,8 @@ import numpy as np
 import pytest
 
 from graphopt.backends import cuda_codegen as cg
-from graphopt.backends.gemm import gemm_plan, run_gemm
 from graphopt.einsum import evaluate as einsum_evaluate
+from graphopt.gemm import gemm_plan, run_gemm
 
 GXX = shutil.which("g++")
 needs_gxx = pytest.mark.skipif(GXX is None, reason="g++ not found: cannot run emitted C on host")

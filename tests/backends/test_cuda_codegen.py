@@ -27,9 +27,9 @@ from graphopt.backends.cuda_kernels.contractions import (
     contraction_estimates,
 )
 from graphopt.backends.cuda_kernels.cublas import Cublas
-from graphopt.backends.gemm import gemm_plan, run_gemm, view_is_free
 from graphopt.einsum import parse as einsum_parse
 from graphopt.fused import node_subgraph
+from graphopt.gemm import gemm_plan, run_gemm, view_is_free
 from graphopt.interpreter import run_graph
 from graphopt.testing import graphs, inputs_for
 from graphopt.testing.generators import random_values

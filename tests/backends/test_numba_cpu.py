@@ -11,8 +11,8 @@ import pytest
 import graphopt as go
 from graphopt import compiler, disk_cache
 from graphopt.backends import BACKENDS, numba_cpu
-from graphopt.backends.gemm import gemm_plan
 from graphopt.errors import GraphError
+from graphopt.gemm import gemm_plan
 
 pytest.importorskip("numba")
 

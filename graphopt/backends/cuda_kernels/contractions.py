@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from ... import einsum as einsum_mod
-from ..gemm import GemmPlan, gemm_plan, gemm_source, run_gemm, transpose_copy_bytes
+from ...gemm import GemmPlan, gemm_plan, gemm_source, run_gemm, transpose_copy_bytes
 from .cublas import Cublas
 
 # Nominal H100-class rates for the contraction cost model (only their ratio matters).

@@ -22,11 +22,12 @@ from dask.base import tokenize
 from dask.highlevelgraph import HighLevelGraph
 
 from ... import ops
+from ...contraction_program import PathContraction
 from ...einsum import split as split_equation
 from ...einsum import to_ascii
 from ...errors import GraphError
 from ...paths import default_path, label_sizes, play_path
-from ...sliced_contraction import PathContraction, slice_ranges
+from ...sliced_contraction import slice_ranges
 
 
 @dataclass

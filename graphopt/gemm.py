@@ -10,7 +10,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from .. import einsum as einsum_mod
+from . import einsum as einsum_mod
+
+# The dtypes BLAS multiplies: a pairwise einsum in another dtype (integers, bool, float16)
+# runs on np.einsum's loops instead.
+BLAS_DTYPES = frozenset({"float32", "float64", "complex64", "complex128"})
 
 
 @dataclass(frozen=True)
@@ -57,7 +61,9 @@ def gemm_plan(equation: str, shapes) -> GemmPlan | None:
 
 def run_gemm(xp, p: GemmPlan, a, b, out, matmul=None):
     """Run ``p`` with array module ``xp`` (cupy, or numpy in CPU tests) into ``out``;
-    ``matmul(a3, b3, c3)`` does the (batched) product (default ``xp.matmul``)."""
+    ``matmul(a3, b3, c3)`` does the (batched) product (default ``xp.matmul``). ``out`` None:
+    the result is a new array in the product's own order, returned as a view permuted to
+    the output's (no copy; operands of ``a``'s dtype)."""
     if matmul is None:
         matmul = lambda x, y, z: xp.matmul(x, y, out=z)  # noqa: E731
     if p.swapped:
@@ -70,6 +76,11 @@ def run_gemm(xp, p: GemmPlan, a, b, out, matmul=None):
     lead = (B,) if B != 1 else ()
     a3 = a.transpose(p.perm_a).reshape(lead + (M, K))
     b3 = b.transpose(p.perm_b).reshape(lead + (K, N))
+    if out is None:
+        res = xp.empty(lead + (M, N), dtype=a.dtype)
+        matmul(a3, b3, res)
+        res = res.reshape(p.res_shape)
+        return res if p.out_perm is None else res.transpose(p.out_perm)
     if p.out_perm is None:
         matmul(a3, b3, out.reshape(lead + (M, N)))
     else:

@@ -1,4 +1,4 @@
-"""The GEMM lowering's workspace model (backends/gemm.py) against what ``run_gemm``
+"""The GEMM lowering's workspace model (graphopt/gemm.py) against what ``run_gemm``
 allocates, traced."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import tracemalloc
 import numpy as np
 import pytest
 
-from graphopt.backends.gemm import gemm_plan, gemm_workspace_bytes, run_gemm
 from graphopt.einsum import parse
+from graphopt.gemm import gemm_plan, gemm_workspace_bytes, run_gemm
 
 
 @pytest.mark.parametrize("eq, shapes", [

@@ -1,0 +1,125 @@
+"""The contraction program (graphopt/contraction_program.py): einsum along a path, one GEMM
+or np.einsum per step, against NumPy's einsum in float64 or exactly, on equations from
+opt_einsum's generator and on the cases a step must not take for a GEMM."""
+
+import numpy as np
+import opt_einsum
+import pytest
+from opt_einsum.testing import rand_equation
+
+from graphopt.contraction_program import PathContraction, plan_program
+from graphopt.einsum import split
+
+
+def _arrays(shapes, dtype, seed):
+    rng = np.random.default_rng(seed)
+    out = []
+    for s in shapes:
+        if np.dtype(dtype).kind == "b":
+            out.append(rng.random(s) < 0.5)
+        elif np.dtype(dtype).kind in "iu":
+            out.append(rng.integers(0, 4, size=s).astype(dtype))
+        elif np.dtype(dtype).kind == "c":
+            out.append((rng.normal(size=s) + 1j * rng.normal(size=s)).astype(dtype))
+        else:
+            out.append(rng.normal(size=s).astype(dtype))
+    return out
+
+
+def _reference(eq, arrays):
+    """np.einsum in float64 (complex128) for floats, exact for integers and bool."""
+    kind = arrays[0].dtype.kind
+    wide = {"f": np.float64, "c": np.complex128}.get(kind)
+    return np.einsum(eq, *(a.astype(wide) if wide else a for a in arrays))
+
+
+def _check(eq, arrays, path, **kw):
+    got = PathContraction(eq, path)(*arrays, **kw)
+    ref = _reference(eq, arrays)
+    assert got.shape == ref.shape and got.dtype == np.result_type(*arrays)
+    if arrays[0].dtype.kind in "fc":
+        tol = 64 * np.finfo(arrays[0].dtype).eps   # of the sum of |terms|, over a few steps
+        scale = np.sum(np.abs(_reference(eq, [np.abs(a) for a in arrays])))
+        assert np.max(np.abs(got - ref), initial=0) <= tol * max(scale, 1)
+    else:
+        np.testing.assert_array_equal(got, ref)
+    return got
+
+
+@pytest.mark.parametrize("seed", range(40))
+@pytest.mark.parametrize("optimize", ["greedy", "optimal"])
+def test_random_equations_along_opt_einsum_paths(seed, optimize):
+    eq, shapes = rand_equation(3 + seed % 5, 2 + seed % 3, seed=seed, d_min=1, d_max=4,
+                               n_out=seed % 3, return_size_dict=False)
+    dtype = ["float64", "float32", "complex128", "complex64", "int64", "int8"][seed % 6]
+    arrays = _arrays(shapes, dtype, seed)
+    path, _ = opt_einsum.contract_path(eq, *shapes, shapes=True, optimize=optimize)
+    _check(eq, arrays, path)
+
+
+@pytest.mark.parametrize("eq, shapes, path", [
+    ("iij,jk,kl->il", [(3, 3, 4), (4, 5), (5, 2)], [(0, 1), (0, 1)]),       # a diagonal
+    ("ij,jk,kl->", [(2, 3), (3, 4), (4, 5)], [(1, 2), (0, 1)]),            # a full sum
+    ("ij,jk,kl->li", [(2, 3), (3, 4), (4, 5)], [(0, 2), (0, 1)]),          # an outer step
+    ("ab,ab,ab->ab", [(3, 4), (3, 4), (3, 4)], [(0, 1), (0, 1)]),          # batch only
+    ("bij,bjk,bkl->bil", [(2, 3, 4), (2, 4, 5), (2, 5, 3)], [(0, 1), (0, 1)]),
+    ("ij,jk,kl->il", [(2, 1), (3, 4), (4, 5)], [(0, 1), (0, 1)]),          # size-1 broadcast
+    ("ij,jk,kl->il", [(2, 3), (3, 0), (0, 5)], [(0, 1), (0, 1)]),          # size 0
+    ("ij,jk,kl->il", [(2, 3), (3, 4), (4, 5)], [(0, 1, 2)]),               # one 3-way step
+    ("ij,jk,kl->il", [(2, 3), (3, 4), (4, 5)], [(0,), (0, 1), (0, 1)]),    # a 1-operand step
+])
+@pytest.mark.parametrize("dtype", ["float64", "complex64", "float16", "int16", "bool"])
+def test_steps_that_are_not_plain_gemms(eq, shapes, path, dtype):
+    _check(eq, _arrays(shapes, dtype, 0), path)
+
+
+def test_gemm_steps_on_blas_dtypes_and_einsum_steps_elsewhere():
+    terms, out = split("ij,jk,kl->il")
+    shapes = [(2, 3), (3, 4), (4, 5)]
+    assert all(s.gemm is not None for s in plan_program(terms, out, [(0, 1), (0, 1)], shapes,
+                                                        "float32"))
+    for dtype in ("float16", "int64", "bool"):
+        assert all(s.gemm is None for s in plan_program(terms, out, [(0, 1), (0, 1)], shapes,
+                                                        dtype))
+    broadcast = plan_program(terms, out, [(0, 1), (0, 1)], [(2, 1), (3, 4), (4, 5)], "float64")
+    assert broadcast[0].gemm is None and broadcast[1].gemm is not None
+
+
+def test_out_receives_the_result_where_it_can():
+    eq, path = "ij,jk,kl->il", [(0, 1), (0, 1)]
+    arrays = _arrays([(2, 3), (3, 4), (4, 5)], "float64", 1)
+    out = np.full((2, 5), np.nan)
+    assert _check(eq, arrays, path, out=out) is out
+    strided = np.full((5, 2), np.nan).T            # not C-contiguous: a new array instead
+    got = _check(eq, arrays, path, out=strided)
+    assert got is not strided and np.isnan(strided).all()
+    wrong = np.zeros((2, 5), np.float32)
+    assert _check(eq, arrays, path, out=wrong) is not wrong
+
+
+def test_matmul_runs_every_gemm_and_inputs_are_untouched():
+    eq, path = "abc,cd,de->abe", [(1, 2), (0, 1)]
+    arrays = _arrays([(2, 3, 4), (4, 5), (5, 6)], "float64", 2)
+    before = [a.copy() for a in arrays]
+    calls = []
+
+    def matmul(a, b, c):
+        calls.append((a.shape, b.shape))
+        return np.matmul(a, b, out=c)
+
+    _check(eq, arrays, path, matmul=matmul)
+    assert len(calls) == 2
+    for a, b in zip(arrays, before):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_a_program_is_planned_once_per_shapes_and_pickles_without_it():
+    import pickle
+
+    pc = PathContraction("ij,jk,kl->il", [(0, 1), (0, 1)])
+    a = _arrays([(2, 3), (3, 4), (4, 5)], "float64", 3)
+    b = _arrays([(3, 3), (3, 4), (4, 5)], "float64", 3)
+    pc(*a), pc(*a), pc(*b)
+    assert len(pc._programs) == 2
+    clone = pickle.loads(pickle.dumps(pc))
+    assert clone._programs == {} and np.allclose(clone(*a), pc(*a))
