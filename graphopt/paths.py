@@ -11,6 +11,7 @@ overflow on the largest networks).
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from typing import Sequence
@@ -18,7 +19,7 @@ from typing import Sequence
 from .einsum import split as split_equation
 from .errors import GraphError
 
-PlayedStep = tuple[tuple[int, ...], list[str], str]
+PlayedStep = tuple[tuple[int, ...], tuple[str, ...], str]
 
 
 def step_flops(labels: set, inner: bool, n_terms: int, sizes: dict) -> int:
@@ -32,7 +33,14 @@ def play_path(terms: Sequence[str], output: str, path) -> list[PlayedStep]:
 
     A step's result keeps the labels that later steps or the output need, in order of
     appearance; the last step's result is ``output``. An empty path is one step over every
-    term. Raises ``GraphError`` for a path that does not fit ``terms``."""
+    term. Raises ``GraphError`` for a path that does not fit ``terms``. Memoized: the
+    contraction pass, the cost model, the kernel's workspace and the contraction program
+    play the same path of a large network."""
+    return list(_play_path_memo(tuple(terms), output, tuple(tuple(p) for p in path)))
+
+
+@functools.lru_cache(maxsize=256)
+def _play_path_memo(terms: tuple, output: str, path: tuple) -> tuple:
     current = list(terms)
     path = [tuple(p) for p in path] or [tuple(range(len(current)))]
     # how many current terms hold each label, plus one for the output's labels
@@ -61,8 +69,8 @@ def play_path(terms: Sequence[str], output: str, path) -> list[PlayedStep]:
         for c in set(result):
             held[c] += 1
         current.append(result)
-        steps.append((inds, picked, result))
-    return steps
+        steps.append((inds, tuple(picked), result))
+    return tuple(steps)
 
 
 @dataclass

@@ -374,7 +374,8 @@ def test_one_contraction_of_inputs_compiles_by_the_contraction_only_pipeline(bac
     assert plan.graph.nodes[step.node]["attrs"]["path"] == group["path"]
     assert "one node along the path" in str(plan.report)
     arrays = _chain_arrays()
-    np.testing.assert_allclose(plan(*arrays), np.einsum(eq, *arrays), rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(plan(*arrays), np.einsum(eq, *arrays, optimize=True),
+                               rtol=1e-12, atol=1e-14)
 
 
 @pytest.mark.parametrize("kwargs", [dict(opt_level=1), dict(disable=("contraction",)),
@@ -393,7 +394,8 @@ def test_other_settings_keep_their_pipeline(kwargs):
               for gr in r.details["groups"]]
     assert all("emitted" not in gr for gr in groups)
     arrays = _chain_arrays(n=5)
-    np.testing.assert_allclose(plan(*arrays), np.einsum(eq, *arrays), rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(plan(*arrays), np.einsum(eq, *arrays, optimize=True),
+                               rtol=1e-12, atol=1e-14)
 
 
 def test_a_graph_with_more_than_the_contraction_keeps_the_full_pipeline():

@@ -40,7 +40,7 @@ def test_without_a_path_counts_left_to_right_as_written():
 
 def test_a_step_keeps_only_labels_later_steps_or_the_output_need():
     steps = paths.play_path(["ab", "bc", "cd"], "ad", [(1, 2), (0, 1)])
-    assert steps == [((1, 2), ["bc", "cd"], "bd"), ((0, 1), ["ab", "bd"], "ad")]
+    assert steps == [((1, 2), ("bc", "cd"), "bd"), ((0, 1), ("ab", "bd"), "ad")]
 
 
 def test_flops_do_not_overflow_on_huge_networks():

@@ -67,13 +67,14 @@ class NumbaBackend(Backend):
         return importlib.util.find_spec("numba") is not None
 
     def kernel(self, G, n, ctx) -> Kernel:
-        threads.start_numba_workers()   # before any kernel runs (here or when timed)
         fast_math = ctx.options.get("fast_math", True)
         if not isinstance(fast_math, bool):
             raise GraphError(f"compile option fast_math= must be True or False, got "
                              f"{fast_math!r}")
         forms = kernel_forms(ctx.options)
         d = G.nodes[n]
+        if d["op"] == "fused":  # numba code: its workers start before any kernel runs or is timed
+            threads.start_numba_workers()
         if d["op"] == "fused" and d["attrs"]["pattern"] == "tiled":
             return tiled_kernel(G, n, lambda H, m: self.kernel(H, m, ctx),
                                 flops=cost.node_flops(G, n), timing=_tiled_timing(G, n, ctx))
