@@ -18,6 +18,8 @@ the working set ``sliced_contraction.slice_cost`` counts, plus ``run_gemm``'s co
 from __future__ import annotations
 
 import functools
+import math
+import threading
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
@@ -25,32 +27,51 @@ import numpy as np
 
 from .einsum import evaluate, label, promote_operands, split, to_ascii
 from .gemm import BLAS_DTYPES, GemmPlan, gemm_plan, run_gemm
+from .liveness import assign_arena_offsets
 from .paths import play_path
 
 
 @dataclass(frozen=True)
 class ProgramStep:
     """One step: the operands it takes (positions in the current operand list, which the
-    result is appended to), its equation (ASCII labels), its result shape, and its GEMM
-    plan (None: ``np.einsum``)."""
+    result is appended to), its equation (ASCII labels), its result shape, its GEMM plan
+    (None: ``np.einsum``), and where its result lives in the program's arena (None: a new
+    array, or the caller's ``out``)."""
 
     positions: tuple[int, ...]
     equation: str
     shape: tuple[int, ...]
     gemm: GemmPlan | None
+    offset: int | None = None
 
-    def run(self, operands: list, out, matmul: Callable | None):
-        """The step's result, written into ``out`` where given (C-contiguous, the result's
-        shape and dtype)."""
-        if self.gemm is not None:   # without ``out``: a permuted view, as opt_einsum keeps
-            return run_gemm(np, self.gemm, *operands, out, matmul)
+    def run(self, operands: list, out, matmul: Callable | None, arena=None):
+        """The step's result: into ``out`` where given (C-contiguous, the result's shape and
+        dtype), else into its place in ``arena`` where it has one, else a new array."""
+        buf = None
+        if out is None and self.offset is not None and arena is not None:
+            dt = operands[0].dtype
+            n = math.prod(self.shape)
+            buf = arena[self.offset:self.offset + n * dt.itemsize].view(dt)
+        if self.gemm is not None:   # without ``out``: the product, permuted as a view
+            return run_gemm(np, self.gemm, *operands, out, matmul, into=buf)
         if len(operands) > 2:
             res = evaluate(self.equation, operands)
             if out is None:
                 return res
             out[...] = res
             return out
+        if out is None and buf is not None:
+            out = buf.reshape(self.shape)
         return np.einsum(self.equation, *operands, **({} if out is None else {"out": out}))
+
+
+@dataclass(frozen=True)
+class Program:
+    """The planned steps and the arena their intermediates share (bytes; offsets assigned
+    over the steps' lifetimes as the memory pass assigns a plan's)."""
+
+    steps: tuple[ProgramStep, ...]
+    arena_bytes: int
 
 
 def _step_equation(picked: Sequence[str], result: str) -> str:
@@ -84,66 +105,113 @@ def _plan_step(equation: str, in_shapes: tuple, blas: bool) -> tuple[str, tuple,
     return equation, shape, plan
 
 
-def plan_program(terms: Sequence[str], output: str, path, shapes, dtype) -> list[ProgramStep]:
+def plan_program(terms: Sequence[str], output: str, path, shapes, dtype) -> Program:
     """The steps of ``terms -> output`` along ``path`` for operands of ``shapes`` and
-    ``dtype`` (all operands promoted to it)."""
+    ``dtype`` (all operands promoted to it), with their intermediates' arena offsets."""
     blas = np.dtype(dtype).name in BLAS_DTYPES
+    itemsize = np.dtype(dtype).itemsize
     current = [tuple(s) for s in shapes]
-    steps = []
-    for inds, picked, result in play_path(terms, output, path):
+    made_by: list = [None] * len(current)        # the step that made each current operand
+    planned, intervals, sizes = [], {}, {}
+    played = play_path(terms, output, path)
+    for k, (inds, picked, result) in enumerate(played):
         in_shapes = tuple(current[i] for i in inds)
         for i in reversed(inds):
+            if made_by[i] is not None:
+                intervals[made_by[i]] = (made_by[i], k)
             current.pop(i)
+            made_by.pop(i)
         eq, shape, plan = _plan_step(_step_equation(picked, result), in_shapes, blas)
-        steps.append(ProgramStep(tuple(inds), eq, shape, plan))
+        planned.append((tuple(inds), eq, shape, plan))
         current.append(shape)
-    return steps
+        # the last result is the caller's (``out``) or new; a step of more than two
+        # operands makes its own (``evaluate``)
+        made_by.append(k if k < len(played) - 1 and len(inds) <= 2 else None)
+        sizes[k] = math.prod(shape) * itemsize
+    offsets, arena_bytes = assign_arena_offsets(intervals, {k: sizes[k] for k in intervals})
+    steps = tuple(ProgramStep(inds, eq, shape, plan, offsets.get(k))
+                  for k, (inds, eq, shape, plan) in enumerate(planned))
+    return Program(steps, arena_bytes)
 
 
 class PathContraction:
     """``equation`` along ``path``, one planned program per operand-shape signature (a
-    sliced contraction's ragged last slices have their own); picklable for dask workers."""
+    sliced contraction's ragged last slices have their own); picklable for dask workers.
 
-    def __init__(self, equation: str, path):
+    Each call runs on an arena of the program's ``arena_bytes``. With ``keep_arenas`` the
+    arenas are kept for the next calls (one per call in flight; fresh memory is slower to
+    write than reused, 2x on a 10x10 lattice) until ``release_arenas``; otherwise each call
+    allocates its own."""
+
+    def __init__(self, equation: str, path, keep_arenas: bool = False):
         self.equation = equation
         self.path = [tuple(p) for p in path]
+        self.keep_arenas = keep_arenas
         self._terms, self._output = split(equation)
         self._programs: dict = {}
+        self._idle: dict = {}            # program key -> arenas kept for the next calls
+        self._lock = threading.Lock()
 
     def __getstate__(self):
-        return {"equation": self.equation, "path": self.path}
+        return {"equation": self.equation, "path": self.path, "keep_arenas": self.keep_arenas}
 
     def __setstate__(self, state):
-        self.__init__(state["equation"], state["path"])
+        self.__init__(state["equation"], state["path"], state.get("keep_arenas", False))
 
-    def program(self, shapes, dtype) -> list[ProgramStep]:
-        """The planned steps for operands of ``shapes`` in ``dtype`` (built once)."""
+    def program(self, shapes, dtype) -> Program:
+        """The planned program for operands of ``shapes`` in ``dtype`` (built once)."""
         key = (tuple(map(tuple, shapes)), np.dtype(dtype).str)
-        steps = self._programs.get(key)
-        if steps is None:
-            steps = plan_program(self._terms, self._output, self.path, shapes, dtype)
-            self._programs[key] = steps
-        return steps
+        prog = self._programs.get(key)
+        if prog is None:
+            prog = plan_program(self._terms, self._output, self.path, shapes, dtype)
+            self._programs[key] = prog
+        return prog
+
+    def idle_arena_bytes(self) -> int:
+        """Bytes of the arenas kept for the next calls."""
+        with self._lock:
+            return sum(a.nbytes for kept in self._idle.values() for a in kept)
+
+    def release_arenas(self) -> None:
+        """Drop the arenas kept for the next calls."""
+        with self._lock:
+            self._idle = {}
 
     def __call__(self, *arrays, out=None, matmul: Callable | None = None):
         """``einsum(equation, *arrays)`` along the path, in the operands' promoted dtype.
         ``out`` (optional) receives the result if it is C-contiguous with the result's shape
-        and dtype; otherwise the result is a new array. ``matmul(a, b, c)`` runs the GEMMs
-        (default ``np.matmul(a, b, out=c)``)."""
+        and dtype; otherwise the result is a new array (never the arena's).
+        ``matmul(a, b, c)`` runs the GEMMs (default ``np.matmul(a, b, out=c)``)."""
         current = promote_operands(arrays)
-        steps = self.program([a.shape for a in current], current[0].dtype)
-        last = len(steps) - 1
-        for k, step in enumerate(steps):
-            operands = [current[i] for i in step.positions]
-            for i in reversed(step.positions):
-                del current[i]
-            target = None
-            if k == last and out is not None and out.flags.c_contiguous and \
-                    out.shape == step.shape and out.dtype == operands[0].dtype:
-                target = out
-            current.append(step.run(operands, target, matmul))
-            del operands   # the step's operands are freed here, not at the next step
-        return current[0]
+        key = (tuple(a.shape for a in current), current[0].dtype.str)
+        prog = self.program(key[0], current[0].dtype)
+        arena = None
+        if prog.arena_bytes:
+            with self._lock:
+                kept = self._idle.get(key)
+                arena = kept.pop() if kept else None
+            if arena is None:
+                arena = np.empty(prog.arena_bytes, np.uint8)
+        try:
+            last = len(prog.steps) - 1
+            for k, step in enumerate(prog.steps):
+                operands = [current[i] for i in step.positions]
+                for i in reversed(step.positions):
+                    del current[i]
+                target = None
+                if k == last and out is not None and out.flags.c_contiguous and \
+                        out.shape == step.shape and out.dtype == operands[0].dtype:
+                    target = out
+                current.append(step.run(operands, target, matmul, arena))
+                del operands   # the step's operands are freed here, not at the next step
+            res = current[0]
+            if arena is not None and np.may_share_memory(res, arena):
+                res = res.copy()  # a last step that only permutes an intermediate: a view
+        finally:
+            if arena is not None and self.keep_arenas:
+                with self._lock:
+                    self._idle.setdefault(key, []).append(arena)
+        return res
 
 
 @functools.lru_cache(maxsize=256)

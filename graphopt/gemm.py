@@ -59,11 +59,12 @@ def gemm_plan(equation: str, shapes) -> GemmPlan | None:
                     None if order == out else tuple(order.index(c) for c in out), swapped)
 
 
-def run_gemm(xp, p: GemmPlan, a, b, out, matmul=None):
+def run_gemm(xp, p: GemmPlan, a, b, out, matmul=None, into=None):
     """Run ``p`` with array module ``xp`` (cupy, or numpy in CPU tests) into ``out``;
     ``matmul(a3, b3, c3)`` does the (batched) product (default ``xp.matmul``). ``out`` None:
     the result is a new array in the product's own order, returned as a view permuted to
-    the output's (no copy; operands of ``a``'s dtype)."""
+    the output's (no copy; operands of ``a``'s dtype), in ``into`` where given (a C-contiguous
+    buffer of ``res_shape``'s elements, of ``a``'s dtype)."""
     if matmul is None:
         matmul = lambda x, y, z: xp.matmul(x, y, out=z)  # noqa: E731
     if p.swapped:
@@ -77,7 +78,8 @@ def run_gemm(xp, p: GemmPlan, a, b, out, matmul=None):
     a3 = a.transpose(p.perm_a).reshape(lead + (M, K))
     b3 = b.transpose(p.perm_b).reshape(lead + (K, N))
     if out is None:
-        res = xp.empty(lead + (M, N), dtype=a.dtype)
+        res = (xp.empty(lead + (M, N), dtype=a.dtype) if into is None else
+               into.reshape(lead + (M, N)))
         matmul(a3, b3, res)
         res = res.reshape(p.res_shape)
         return res if p.out_perm is None else res.transpose(p.out_perm)

@@ -25,6 +25,9 @@ class Kernel:
     copies, per-slice intermediates): the plan's predicted peak adds the largest to the
     arena. ``workspace_is_result``: that workspace is the result itself, computed and then
     copied into ``out`` (none where the step writes an output, which gets it as it is).
+    ``held_bytes()``/``release()`` (optional): memory the kernel keeps between calls (a
+    contraction program's arenas) and how to give it back; the plan counts it with its own
+    idle arenas and releases both together.
     """
 
     name: str
@@ -36,6 +39,8 @@ class Kernel:
     uses_threads: bool = False
     workspace_bytes: int = 0
     workspace_is_result: bool = False
+    held_bytes: Callable | None = None
+    release: Callable | None = None
 
     def __repr__(self) -> str:
         return f"Kernel({self.name!r}, impl={self.impl!r})"

@@ -96,3 +96,55 @@ def naive_memory_plan(G: nx.MultiDiGraph, order: list[int]) -> MemoryPlan:
     return MemoryPlan(offsets=offsets, sizes=sizes, naive_bytes=sum(sizes.values()),
                       planned_bytes=top, lower_bound_bytes=peak_live_bytes(G, intervals),
                       intervals=intervals)
+
+
+def buffer_groups(intervals: dict, sizes: dict, inplace: dict) -> dict[int, list[int]]:
+    """Nodes grouped by the buffer they share: in-place chains are one buffer."""
+    owner = {n: n for n in intervals}
+
+    def find(n):
+        while owner[n] != n:
+            owner[n] = owner[owner[n]]
+            n = owner[n]
+        return n
+
+    for n, u in inplace.items():
+        owner[find(n)] = find(u)
+    groups: dict[int, list[int]] = {}
+    for n in intervals:
+        groups.setdefault(find(n), []).append(n)
+    return groups
+
+
+def assign_arena_offsets(intervals: dict, sizes: dict, inplace: dict | None = None
+                         ) -> tuple[dict[int, int], int]:
+    """Arena offsets by best fit, largest buffer first; ``(offsets, arena_bytes)``.
+
+    ``intervals[n] = (first, last)`` step positions (inclusive) and ``sizes[n]`` bytes, per
+    node; ``inplace[n] = u`` makes ``n`` share ``u``'s buffer. Two buffers whose intervals
+    overlap never share bytes; offsets are multiples of ``ALIGN``.
+    """
+    offsets: dict[int, int] = {}
+    placed: list[tuple[int, int, int, int]] = []  # (offset, size, first, last)
+    buffers = []
+    for members in buffer_groups(intervals, sizes, inplace or {}).values():
+        first = min(intervals[n][0] for n in members)
+        last = max(intervals[n][1] for n in members)
+        buffers.append((max(sizes[n] for n in members), first, last, min(members), members))
+    for size, first, last, _, members in sorted(buffers, key=lambda b: (-b[0], b[1], b[3])):
+        offset = 0
+        if size > 0:
+            busy = sorted((o, s) for o, s, a, b in placed if a <= last and first <= b)
+            best_gap, top = None, 0
+            for o, s in busy:
+                gap = o - top
+                if gap >= size and (best_gap is None or gap < best_gap):
+                    best_gap, offset = gap, top
+                top = max(top, align(o + s))
+            if best_gap is None:
+                offset = top
+            placed.append((offset, size, first, last))
+        for n in members:
+            offsets[n] = offset
+    arena = max((o + s for o, s, _, _ in placed), default=0)
+    return offsets, arena

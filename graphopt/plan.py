@@ -160,15 +160,20 @@ class Plan(StepsIntrospection):
 
     @property
     def idle_arena_bytes(self) -> int:
-        """Bytes of the arenas this plan keeps for its next calls (none checked out)."""
-        return len(self._free) * self.arena_bytes
+        """Bytes of the arenas this plan keeps for its next calls (none checked out), its
+        kernels' own included (``Kernel.held_bytes``)."""
+        return len(self._free) * self.arena_bytes + sum(
+            s.kernel.held_bytes() for s in self.steps if s.kernel.held_bytes is not None)
 
     def release_arenas(self) -> None:
-        """Give every cached arena back to the pool."""
+        """Give every cached arena back to the pool, and the kernels' own (``Kernel.release``)."""
         with self._lock:
             free, self._free = self._free, []
         for a in free:
             self.pool.release(a.buffer)
+        for s in self.steps:
+            if s.kernel.release is not None:
+                s.kernel.release()
 
     # -- execution --------------------------------------------------------------------------
     def bind(self, args, kwargs) -> list:

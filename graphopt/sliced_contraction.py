@@ -304,7 +304,7 @@ def operand_view(array, term: str, where: dict):
 
 
 def sliced_contract(equation: str, path, slices, arrays: Sequence[np.ndarray], out=None,
-                    blocks=None, workers: int = 1, matmul=None):
+                    blocks=None, workers: int = 1, matmul=None, contraction=None):
     """``einsum(equation, *arrays)`` along ``path``, looping over ``slices`` (labels) in
     ranges of ``blocks`` index values (default 1 per label: each value its own slice).
 
@@ -315,7 +315,8 @@ def sliced_contract(equation: str, path, slices, arrays: Sequence[np.ndarray], o
     each): output regions are shared out whole; where only summed labels are sliced, each
     worker sums its run of slices into a buffer of the result's size (``slice_workers``
     counts it), added up in worker order, so the result is the same on every call.
-    ``matmul(a, b, c)`` runs the steps' GEMMs (``PathContraction``)."""
+    ``matmul(a, b, c)`` runs the steps' GEMMs; ``contraction``: the ``PathContraction`` of
+    ``equation`` along ``path`` to run (default a shared one, which keeps no arenas)."""
     terms, output = split_equation(equation)
     arrays = promote_operands(arrays)
     sizes = label_sizes(equation, [a.shape for a in arrays])
@@ -323,7 +324,7 @@ def sliced_contract(equation: str, path, slices, arrays: Sequence[np.ndarray], o
         path = default_path(equation, [a.shape for a in arrays])
     blocks = [1] * len(slices) if blocks is None else list(blocks)
     pairs = [(c, b) for c, b in zip(slices, blocks) if c in sizes]
-    contract = path_contraction(equation, tuple(tuple(p) for p in path))
+    contract = contraction or path_contraction(equation, tuple(tuple(p) for p in path))
     shape = tuple(sizes[c] for c in output)
     dtype = np.result_type(*arrays)
     if out is None:

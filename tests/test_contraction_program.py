@@ -77,11 +77,12 @@ def test_gemm_steps_on_blas_dtypes_and_einsum_steps_elsewhere():
     terms, out = split("ij,jk,kl->il")
     shapes = [(2, 3), (3, 4), (4, 5)]
     assert all(s.gemm is not None for s in plan_program(terms, out, [(0, 1), (0, 1)], shapes,
-                                                        "float32"))
+                                                        "float32").steps)
     for dtype in ("float16", "int64", "bool"):
         assert all(s.gemm is None for s in plan_program(terms, out, [(0, 1), (0, 1)], shapes,
-                                                        dtype))
-    broadcast = plan_program(terms, out, [(0, 1), (0, 1)], [(2, 1), (3, 4), (4, 5)], "float64")
+                                                        dtype).steps)
+    broadcast = plan_program(terms, out, [(0, 1), (0, 1)], [(2, 1), (3, 4), (4, 5)],
+                             "float64").steps
     assert broadcast[0].gemm is None and broadcast[1].gemm is not None
 
 
@@ -123,3 +124,38 @@ def test_a_program_is_planned_once_per_shapes_and_pickles_without_it():
     assert len(pc._programs) == 2
     clone = pickle.loads(pickle.dumps(pc))
     assert clone._programs == {} and np.allclose(clone(*a), pc(*a))
+
+
+def test_intermediates_share_an_arena_kept_between_calls_and_never_returned():
+    # a chain: step k's result is read by step k + 1 only, so two buffers alternate
+    n = 8
+    eq = ",".join(f"{chr(97 + i)}{chr(98 + i)}" for i in range(n)) + "->a" + chr(97 + n)
+    shapes = [(16, 16)] * n
+    path = [(0, 1)] + [(0, n - 2 - k) for k in range(n - 2)]
+    terms, out = split(eq)
+    prog = plan_program(terms, out, path, shapes, "float64")
+    offsets = [s.offset for s in prog.steps]
+    assert offsets[-1] is None and len(set(offsets[:-1])) == 2
+    assert prog.arena_bytes == 2 * 16 * 16 * 8
+    pc = PathContraction(eq, path, keep_arenas=True)
+    arrays = _arrays(shapes, "float64", 4)
+    first = pc(*arrays)
+    assert pc.idle_arena_bytes() == prog.arena_bytes
+    second = pc(*[a * 2 for a in arrays])
+    assert not np.shares_memory(first, second)
+    np.testing.assert_allclose(second, first * 2 ** n, rtol=1e-12)
+    pc.release_arenas()
+    assert pc.idle_arena_bytes() == 0
+    assert PathContraction(eq, path)(*arrays) is not None
+    shared = PathContraction(eq, path)
+    shared(*arrays)
+    assert shared.idle_arena_bytes() == 0
+
+
+def test_a_last_step_that_permutes_an_intermediate_returns_a_copy():
+    # the last step only transposes the intermediate before it
+    pc = PathContraction("ij,jk,kl->li", [(0, 1), (0, 1), (0,)], keep_arenas=True)
+    arrays = _arrays([(2, 3), (3, 4), (4, 5)], "float64", 5)
+    a = pc(*arrays)
+    b = pc(*[x * 2 for x in arrays])
+    np.testing.assert_allclose(b, 8 * a, rtol=1e-12)

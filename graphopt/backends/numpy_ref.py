@@ -54,7 +54,8 @@ def sliced_kernel(G, n) -> Kernel:
     """An einsum with ``slices`` (or a multi-operand ``path``): run along its path, one slice
     at a time, so its intermediates stay within the memory limit the slicing pass met."""
     from .. import ir
-    from ..paths import label_sizes
+    from ..contraction_program import PathContraction
+    from ..paths import default_path, label_sizes
     from ..sliced_contraction import (
         contraction_workspace_bytes,
         parallel_workspace_bytes,
@@ -68,22 +69,27 @@ def sliced_kernel(G, n) -> Kernel:
     slices, blocks = list(a.get("slices", ())), a.get("slice_blocks")
     most = int(a.get("slice_workers", 1))    # the slicing pass's bound for the memory limit
     shapes = [G.nodes[u]["shape"] for u in ir.operands(G, n)]
-    workspace = contraction_workspace_bytes(eq, shapes, path, slices, blocks,
+    # the kernel's own program keeps its arenas (one per slice in flight) between calls
+    program = PathContraction(eq, path or default_path(eq, shapes), keep_arenas=True)
+    workspace = contraction_workspace_bytes(eq, shapes, program.path, slices, blocks,
                                             np.dtype(d["dtype"]).itemsize)
+    if not slices:   # planned now; its arena packs the live intermediates with alignment
+        workspace = max(workspace, program.program(shapes, d["dtype"]).arena_bytes)
     split = splits_result(eq, label_sizes(eq, shapes), slices, blocks)
     workspace = parallel_workspace_bytes(most, split, workspace, ir.nbytes(G, n))
 
     def fn(args, out):
         workers = min(most, threads.current_threads())
         # each step's GEMM is split over the call's threads (one each inside a worker)
-        return sliced_contract(eq, path, slices, args, out=out, blocks=blocks, workers=workers,
-                               matmul=threaded_matmul)
+        return sliced_contract(eq, program.path, slices, args, out=out, blocks=blocks,
+                               workers=workers, matmul=threaded_matmul, contraction=program)
 
     fn.__name__ = f"ref_sliced_einsum_{n}"
     src = (f"# reference: einsum {eq!r} along path {path}, sliced over {slices} "
            f"(blocks {blocks}), up to {most} slices at once\n"
            "sliced_contract(equation, path, slices, args, out, blocks, workers)")
     return Kernel(fn.__name__, fn, src, impl="numpy-sliced", node=n, uses_threads=True,
+                  held_bytes=program.idle_arena_bytes, release=program.release_arenas,
                   details={"slices": slices, "slice_blocks": blocks, "path": path,
                            "slice_workers": most},
                   workspace_bytes=workspace)

@@ -17,7 +17,15 @@ import numpy as np
 
 from .. import ir, ops
 from ..errors import GraphError
-from ..liveness import ALIGN, MemoryPlan, align, execution_order, liveness_intervals
+from ..liveness import (
+    ALIGN,
+    MemoryPlan,
+    align,
+    assign_arena_offsets,
+    buffer_groups,
+    execution_order,
+    liveness_intervals,
+)
 from .manager import PassResult, register_pass
 
 
@@ -70,63 +78,11 @@ def find_inplace(G, order: list[int], intervals: dict, sizes: dict) -> dict[int,
     return inplace
 
 
-def _buffers(intervals: dict, sizes: dict, inplace: dict) -> dict[int, list[int]]:
-    """Nodes grouped by the buffer they share: in-place chains are one buffer."""
-    owner = {n: n for n in intervals}
-
-    def find(n):
-        while owner[n] != n:
-            owner[n] = owner[owner[n]]
-            n = owner[n]
-        return n
-
-    for n, u in inplace.items():
-        owner[find(n)] = find(u)
-    groups: dict[int, list[int]] = {}
-    for n in intervals:
-        groups.setdefault(find(n), []).append(n)
-    return groups
-
-
-def assign_arena_offsets(intervals: dict, sizes: dict, inplace: dict | None = None
-                         ) -> tuple[dict[int, int], int]:
-    """Arena offsets by best fit, largest buffer first; ``(offsets, arena_bytes)``.
-
-    ``intervals[n] = (first, last)`` step positions (inclusive) and ``sizes[n]`` bytes, per
-    node; ``inplace[n] = u`` makes ``n`` share ``u``'s buffer. Two buffers whose intervals
-    overlap never share bytes; offsets are multiples of ``liveness.ALIGN``.
-    """
-    offsets: dict[int, int] = {}
-    placed: list[tuple[int, int, int, int]] = []  # (offset, size, first, last)
-    buffers = []
-    for members in _buffers(intervals, sizes, inplace or {}).values():
-        first = min(intervals[n][0] for n in members)
-        last = max(intervals[n][1] for n in members)
-        buffers.append((max(sizes[n] for n in members), first, last, min(members), members))
-    for size, first, last, _, members in sorted(buffers, key=lambda b: (-b[0], b[1], b[3])):
-        offset = 0
-        if size > 0:
-            busy = sorted((o, s) for o, s, a, b in placed if a <= last and first <= b)
-            best_gap, top = None, 0
-            for o, s in busy:
-                gap = o - top
-                if gap >= size and (best_gap is None or gap < best_gap):
-                    best_gap, offset = gap, top
-                top = max(top, align(o + s))
-            if best_gap is None:
-                offset = top
-            placed.append((offset, size, first, last))
-        for n in members:
-            offsets[n] = offset
-    arena = max((o + s for o, s, _, _ in placed), default=0)
-    return offsets, arena
-
-
 def live_peak(intervals: dict, sizes: dict, inplace: dict) -> int:
     """Most bytes live at one step, a buffer shared in place counted once: no arena that
     keeps these buffers apart can be smaller."""
     events = []
-    for members in _buffers(intervals, sizes, inplace).values():
+    for members in buffer_groups(intervals, sizes, inplace).values():
         size = max(sizes[n] for n in members)
         events.append((min(intervals[n][0] for n in members), 1, size))
         events.append((max(intervals[n][1] for n in members) + 1, 0, -size))
@@ -195,4 +151,4 @@ def memory(G: nx.MultiDiGraph, ctx) -> PassResult:
                           "lower_bound_bytes": plan.lower_bound_bytes,
                           "inplace": [[n, u] for n, u in inplace.items()],
                           "arena_values": len(intervals),
-                          "buffers": len(_buffers(intervals, sizes, inplace))})
+                          "buffers": len(buffer_groups(intervals, sizes, inplace))})

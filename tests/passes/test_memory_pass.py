@@ -7,9 +7,9 @@ import graphopt as go
 from graphopt import ir
 from graphopt.errors import GraphError
 from graphopt.interpreter import interpret
-from graphopt.liveness import ALIGN, align, liveness_intervals
+from graphopt.liveness import ALIGN, align, assign_arena_offsets, liveness_intervals
 from graphopt.passes import PassContext
-from graphopt.passes.memory import assign_arena_offsets, check_memory_plan, find_inplace, memory
+from graphopt.passes.memory import check_memory_plan, find_inplace, memory
 
 
 def check_plan(G, plan):
