@@ -44,14 +44,18 @@ class ProgramStep:
     gemm: GemmPlan | None
     offset: int | None = None
 
-    def run(self, operands: list, out, matmul: Callable | None, arena=None):
+    def buffer(self, arena, dtype):
+        """The step's place in ``arena`` (C-contiguous, the result's shape), or None."""
+        if self.offset is None:
+            return None
+        n = math.prod(self.shape) * dtype.itemsize
+        return arena[self.offset:self.offset + n].view(dtype).reshape(self.shape)
+
+    def run(self, operands: list, out, matmul: Callable | None, buf=None):
         """The step's result: into ``out`` where given (C-contiguous, the result's shape and
-        dtype), else into its place in ``arena`` where it has one, else a new array."""
-        buf = None
-        if out is None and self.offset is not None and arena is not None:
-            dt = operands[0].dtype
-            n = math.prod(self.shape)
-            buf = arena[self.offset:self.offset + n * dt.itemsize].view(dt)
+        dtype), else into ``buf`` (its place in the arena) where given, else a new array."""
+        if out is not None:
+            buf = None
         if self.gemm is not None:   # without ``out``: the product, permuted as a view
             return run_gemm(np, self.gemm, *operands, out, matmul, into=buf)
         if len(operands) > 2:
@@ -61,7 +65,7 @@ class ProgramStep:
             out[...] = res
             return out
         if out is None and buf is not None:
-            out = buf.reshape(self.shape)
+            out = buf
         return np.einsum(self.equation, *operands, **({} if out is None else {"out": out}))
 
 
@@ -170,7 +174,7 @@ class PathContraction:
     def idle_arena_bytes(self) -> int:
         """Bytes of the arenas kept for the next calls."""
         with self._lock:
-            return sum(a.nbytes for kept in self._idle.values() for a in kept)
+            return sum(a.nbytes for idle in self._idle.values() for a, _ in idle)
 
     def release_arenas(self) -> None:
         """Drop the arenas kept for the next calls."""
@@ -185,13 +189,15 @@ class PathContraction:
         current = promote_operands(arrays)
         key = (tuple(a.shape for a in current), current[0].dtype.str)
         prog = self.program(key[0], current[0].dtype)
-        arena = None
+        kept = None          # (arena, each step's place in it)
         if prog.arena_bytes:
             with self._lock:
-                kept = self._idle.get(key)
-                arena = kept.pop() if kept else None
-            if arena is None:
+                idle = self._idle.get(key)
+                kept = idle.pop() if idle else None
+            if kept is None:
                 arena = np.empty(prog.arena_bytes, np.uint8)
+                kept = (arena, [s.buffer(arena, current[0].dtype) for s in prog.steps])
+        bufs = kept[1] if kept else [None] * len(prog.steps)
         try:
             last = len(prog.steps) - 1
             for k, step in enumerate(prog.steps):
@@ -202,15 +208,15 @@ class PathContraction:
                 if k == last and out is not None and out.flags.c_contiguous and \
                         out.shape == step.shape and out.dtype == operands[0].dtype:
                     target = out
-                current.append(step.run(operands, target, matmul, arena))
+                current.append(step.run(operands, target, matmul, bufs[k]))
                 del operands   # the step's operands are freed here, not at the next step
             res = current[0]
-            if arena is not None and np.may_share_memory(res, arena):
+            if kept is not None and np.may_share_memory(res, kept[0]):
                 res = res.copy()  # a last step that only permutes an intermediate: a view
         finally:
-            if arena is not None and self.keep_arenas:
+            if kept is not None and self.keep_arenas:
                 with self._lock:
-                    self._idle.setdefault(key, []).append(arena)
+                    self._idle.setdefault(key, []).append(kept)
         return res
 
 

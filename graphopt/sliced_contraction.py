@@ -317,14 +317,22 @@ def sliced_contract(equation: str, path, slices, arrays: Sequence[np.ndarray], o
     counts it), added up in worker order, so the result is the same on every call.
     ``matmul(a, b, c)`` runs the steps' GEMMs; ``contraction``: the ``PathContraction`` of
     ``equation`` along ``path`` to run (default a shared one, which keeps no arenas)."""
-    terms, output = split_equation(equation)
     arrays = promote_operands(arrays)
-    sizes = label_sizes(equation, [a.shape for a in arrays])
     if path is None:
         path = default_path(equation, [a.shape for a in arrays])
+    contract = contraction or path_contraction(equation, tuple(tuple(p) for p in path))
+    if not slices:   # one run of the whole path, straight into ``out``
+        res = contract(*arrays, out=out, matmul=matmul)
+        if out is None:
+            return np.array(res, copy=True) if any(np.may_share_memory(res, a)
+                                                   for a in arrays) else res
+        if res is not out:
+            np.copyto(out, res, casting="unsafe")
+        return out
+    terms, output = split_equation(equation)
+    sizes = label_sizes(equation, [a.shape for a in arrays])
     blocks = [1] * len(slices) if blocks is None else list(blocks)
     pairs = [(c, b) for c, b in zip(slices, blocks) if c in sizes]
-    contract = contraction or path_contraction(equation, tuple(tuple(p) for p in path))
     shape = tuple(sizes[c] for c in output)
     dtype = np.result_type(*arrays)
     if out is None:
