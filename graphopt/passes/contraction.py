@@ -10,7 +10,9 @@ pairwise steps. The FLOPs (counted as opt_einsum counts them, ``cost.node_flops`
 exceed the user's own order: where theirs is as good, their nodes stay. ``ctx.memory_limit``
 (bytes) bounds every intermediate a group creates; where no pairwise order fits, the group
 stays one multi-operand einsum whose ``path`` attr is the best unconstrained path, for the
-``slicing`` pass.
+``slicing`` pass. Where the graph is this one contraction of inputs (``ctx.whole_contraction``,
+``manager.CONTRACTION_ONLY_PIPELINE``), the group also stays one node with its ``path``, run
+by the contraction program: pairwise nodes would buy nothing there but compile time.
 """
 
 from __future__ import annotations
