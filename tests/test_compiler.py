@@ -418,3 +418,20 @@ def test_memory_limit_still_slices_one_contraction_of_inputs():
     x, y, z = (rng.normal(size=(64, 64)) for _ in range(3))
     np.testing.assert_allclose(plan(x, y, z), np.einsum("ij,kl,jl->ik", x, y, z),
                                rtol=1e-10, atol=1e-10)
+
+
+def test_the_contraction_programs_arena_counts_as_the_plans_and_is_given_back():
+    g = go.Graph("chain")
+    eq, ins = _chain(g, n=6, dim=32)
+    g.output(go.einsum(eq, *ins))
+    plan = go.compile(g, backend="numba", cache=False)
+    assert plan.idle_arena_bytes == 0
+    arrays = _chain_arrays(n=6, dim=32)
+    first = plan(*arrays)
+    held = plan.idle_arena_bytes
+    assert held >= 32 * 32 * 8 and held <= plan.steps[0].kernel.workspace_bytes
+    second = plan(*arrays)
+    assert not np.shares_memory(first, second) and plan.idle_arena_bytes == held
+    np.testing.assert_array_equal(first, second)
+    plan.release_arenas()
+    assert plan.idle_arena_bytes == 0
