@@ -11,8 +11,10 @@ operand-shape signature, each step is planned once:
   label broadcast against a larger one, a one-operand step, integer, bool or float16
   operands. A step over more than two operands is ``einsum.evaluate``'s.
 
-Intermediates are dropped as soon as the step that reads them has run, so a call holds
-the working set ``sliced_contraction.slice_cost`` counts, plus ``run_gemm``'s copies.
+Intermediates live in one arena whose offsets are assigned over the steps' lifetimes
+(``liveness.assign_arena_offsets``, as the memory pass assigns a plan's): a call holds about
+the working set ``sliced_contraction.slice_cost`` counts, plus ``run_gemm``'s transposed
+operand copies. The last result is the caller's ``out`` or a new array, never the arena.
 """
 
 from __future__ import annotations
@@ -209,7 +211,7 @@ class PathContraction:
                         out.shape == step.shape and out.dtype == operands[0].dtype:
                     target = out
                 current.append(step.run(operands, target, matmul, bufs[k]))
-                del operands   # the step's operands are freed here, not at the next step
+                del operands   # operands outside the arena are freed here, not a step later
             res = current[0]
             if kept is not None and np.may_share_memory(res, kept[0]):
                 res = res.copy()  # a last step that only permutes an intermediate: a view

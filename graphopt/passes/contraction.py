@@ -220,7 +220,7 @@ def user_cost(G, group: list[int], written=None) -> tuple[int, int, int]:
             path = d["attrs"].get("path")
             if path:
                 s = play(ins, out, sizes, path)
-                _, big, wrote = s.flops, s.largest, s.write
+                big, wrote = s.largest, s.write
             else:
                 _, big, wrote = (written if written is not None and len(group) == 1 else
                                  left_to_right_cost(ins, out, sizes))
