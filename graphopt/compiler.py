@@ -199,7 +199,7 @@ def compile(graph, backend: str = "auto", opt_level: int = 2, memory_limit=None,
                                       opt_level=opt_level, records=records,
                                       source_graph=source, graph=optimized)
     plan = backend_obj.build_plan(optimized, source, ctx, report)
-    _check_held_values(plan, memory_limit)
+    _check_predicted_peak(plan, memory_limit)
     report.attach_plan(plan)
     report.compile_seconds = time.perf_counter() - t0
     if cacheable:
@@ -209,24 +209,30 @@ def compile(graph, backend: str = "auto", opt_level: int = 2, memory_limit=None,
     return plan
 
 
-def _check_held_values(plan, memory_limit) -> None:
-    """Under ``memory_limit``, no value the plan holds in its arena and no step's workspace
-    may exceed the limit on its own (a sliced contraction's slices are bounded by the
-    slicing pass): such a plan is refused before it runs, naming the value. The whole
-    predicted peak (arena plus workspace) is reported, not yet bounded."""
+def _check_predicted_peak(plan, memory_limit) -> None:
+    """Under ``memory_limit``, refuse before running a plan whose predicted peak (arena plus
+    the largest step workspace, ``Plan.predicted_peak_bytes``) exceeds it, naming the value
+    or the step that cannot fit: first one held value or one step's workspace that exceeds
+    the limit on its own, else the arena and the step whose workspace tops it up."""
     if memory_limit is None or not hasattr(plan, "predicted_peak_bytes"):
         return
-    held = [(s.nbytes, "holds", s) for s in plan.steps if s.offset is not None]
-    held += [(s.workspace_bytes, "needs as workspace", s) for s in plan.steps
-             if s.kernel.impl != "numpy-sliced"]
-    nbytes, what, s = max(held, key=lambda h: h[0], default=(0, "", None))
-    if nbytes <= memory_limit:
+    peak = plan.predicted_peak_bytes
+    if peak <= memory_limit:
         return
+    held = [(s.nbytes, "holds", s) for s in plan.steps if s.offset is not None]
+    held += [(s.workspace_bytes, "needs as workspace", s) for s in plan.steps]
+    nbytes, what, s = max(held, key=lambda h: h[0], default=(0, "", None))
+    if nbytes > memory_limit:
+        head = f"step {s.index} {s.name} ({s.kernel.impl}, {s.dtype}{list(s.shape)}) {what} " \
+               f"{nbytes} bytes on its own (the plan's predicted peak is {peak} bytes)"
+    else:
+        s = plan.workspace_step
+        head = (f"the plan's predicted peak is {peak} bytes: its arena of {plan.arena_bytes} "
+                f"bytes while step {s.index} {s.name} ({s.kernel.impl}, {s.dtype}"
+                f"{list(s.shape)}) needs {s.workspace_bytes} bytes of workspace")
     raise GraphError(
-        f"memory_limit={memory_limit} bytes cannot be met: step {s.index} {s.name} ({s.kernel.impl}"
-        f", {s.dtype}{list(s.shape)}) {what} {nbytes} bytes on its own (the plan's predicted "
-        f"peak is {plan.predicted_peak_bytes} bytes). graphopt orders and slices the "
-        "intermediates inside a contraction to fit the limit; a value that other ops read "
+        f"memory_limit={memory_limit} bytes cannot be met: {head}. graphopt orders and slices "
+        "the intermediates inside a contraction to fit the limit; a value that other ops read "
         "whole cannot be sliced. Raise memory_limit, or split the computation",
         op=s.op_kinds[0] if s.op_kinds else None, src=s.srcs[0] if s.srcs else None,
         node=s.node)

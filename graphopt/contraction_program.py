@@ -12,9 +12,14 @@ operand-shape signature, each step is planned once:
   operands. A step over more than two operands is ``einsum.evaluate``'s.
 
 Intermediates live in one arena whose offsets are assigned over the steps' lifetimes
-(``liveness.assign_arena_offsets``, as the memory pass assigns a plan's): a call holds about
-the working set ``sliced_contraction.slice_cost`` counts, plus ``run_gemm``'s transposed
-operand copies. The last result is the caller's ``out`` or a new array, never the arena.
+(``liveness.assign_arena_offsets``, as the memory pass assigns a plan's). Beside it a step
+may allocate scratch: ``run_gemm``'s pre-summed operands, the copies it makes of operands
+whose matrix is not a view (known exactly at planning, from the operands' strides: inputs
+and slice views as given, GEMM products kept as permuted views), and a product written
+before it is permuted into ``out``. ``Program.peak_bytes`` is the arena plus the largest
+step's scratch and the call's Python objects: what a call allocates at once, as
+``tracemalloc`` measures it. The last
+result is the caller's ``out`` or a new array, never the arena.
 """
 
 from __future__ import annotations
@@ -26,25 +31,36 @@ from dataclasses import dataclass
 from typing import Callable, Sequence
 
 import numpy as np
+from numpy.lib.stride_tricks import as_strided
 
 from .einsum import evaluate, label, promote_operands, split, to_ascii
 from .gemm import BLAS_DTYPES, GemmPlan, gemm_plan, run_gemm
 from .liveness import assign_arena_offsets
 from .paths import play_path
 
+# The Python objects a call holds per step while it runs: the view of the step's place in
+# the arena (kept with the arena), the views a GEMM makes of its operands and product, the
+# operand lists. tracemalloc counts them as a call's memory; measured on CPython 3.11 and
+# NumPy 2.4 at 280-380 bytes a step over six networks of 80-200 steps.
+OBJECT_BYTES_PER_STEP = 320
+
 
 @dataclass(frozen=True)
 class ProgramStep:
     """One step: the operands it takes (positions in the current operand list, which the
     result is appended to), its equation (ASCII labels), its result shape, its GEMM plan
-    (None: ``np.einsum``), and where its result lives in the program's arena (None: a new
-    array, or the caller's ``out``)."""
+    (None: ``np.einsum``), where its result lives in the program's arena (None: a new
+    array, or the caller's ``out``), and the bytes it allocates beside the arena while it
+    runs: ``scratch`` where its result goes to the arena or ``out``, ``scratch_new`` where
+    it is a new array (the last step without ``out``; the new result counted)."""
 
     positions: tuple[int, ...]
     equation: str
     shape: tuple[int, ...]
     gemm: GemmPlan | None
     offset: int | None = None
+    scratch: int = 0
+    scratch_new: int = 0
 
     def buffer(self, arena, dtype):
         """The step's place in ``arena`` (C-contiguous, the result's shape), or None."""
@@ -79,6 +95,16 @@ class Program:
     steps: tuple[ProgramStep, ...]
     arena_bytes: int
 
+    def peak_bytes(self, into_out: bool = True) -> int:
+        """What one call allocates at once: the arena, the largest step's scratch (the last
+        step writing into the caller's ``out``, ``into_out``, or a new array, then counted)
+        and the call's Python objects (``OBJECT_BYTES_PER_STEP`` a step). Operands and
+        ``out`` are the caller's, not counted."""
+        last = len(self.steps) - 1
+        return self.arena_bytes + len(self.steps) * OBJECT_BYTES_PER_STEP + max(
+            (s.scratch_new if k == last and not into_out else s.scratch
+             for k, s in enumerate(self.steps)), default=0)
+
 
 def _step_equation(picked: Sequence[str], result: str) -> str:
     """The step's equation over IR labels ``label(0), label(1), ...`` in order of first
@@ -111,32 +137,111 @@ def _plan_step(equation: str, in_shapes: tuple, blas: bool) -> tuple[str, tuple,
     return equation, shape, plan
 
 
-def plan_program(terms: Sequence[str], output: str, path, shapes, dtype) -> Program:
+def c_strides(shape) -> tuple[int, ...]:
+    """Element strides of a C-contiguous array of ``shape``."""
+    strides, acc = [0] * len(shape), 1
+    for i in reversed(range(len(shape))):
+        strides[i], acc = acc, acc * shape[i]
+    return tuple(strides)
+
+
+def _reduced_strides(shape, strides, drop) -> tuple[tuple, tuple]:
+    """Shape and element strides of ``a.sum(axis=drop)`` for ``a`` of ``shape``/``strides``:
+    NumPy lays a reduction out in its operand's stride order."""
+    kept = [i for i in range(len(shape)) if i not in drop]
+    new_shape = tuple(shape[i] for i in kept)
+    order = sorted(range(len(kept)), key=lambda j: -strides[kept[j]])
+    out, acc = [0] * len(kept), 1
+    for j in reversed(order):
+        out[j], acc = acc, acc * new_shape[j]
+    return new_shape, tuple(out)
+
+
+def reshape_is_view(shape, strides, perm, new_shape) -> bool:
+    """Whether ``a.transpose(perm).reshape(new_shape)`` is a view (else NumPy copies) for
+    ``a`` of ``shape`` and element ``strides``; NumPy's own rule, asked of a stand-in array
+    that has the strides and no memory behind them (nothing is read)."""
+    if 0 in shape:
+        return True
+    x = as_strided(np.empty(1, np.int8), tuple(shape), tuple(strides)).transpose(perm)
+    try:
+        np.reshape(x, new_shape, copy=False)
+        return True
+    except ValueError:
+        return False
+    except TypeError:    # NumPy < 2.1: no ``copy=``; setting the shape never copies
+        y = x.view()
+        try:
+            y.shape = new_shape
+            return True
+        except AttributeError:
+            return False
+
+
+def _gemm_scratch(plan: GemmPlan, layouts, itemsize: int) -> tuple[int, tuple]:
+    """``(bytes run_gemm allocates for its operands, the product's element strides in the
+    result's label order)`` for operands of ``layouts`` (shape, element strides)."""
+    a, b = (layouts[1], layouts[0]) if plan.swapped else layouts
+    B, M, K, N = plan.bmkn
+    lead = (B,) if B != 1 else ()
+    held = 0
+    for (shape, strides), drop, perm, groups in ((a, plan.sum_a, plan.perm_a, lead + (M, K)),
+                                                 (b, plan.sum_b, plan.perm_b, lead + (K, N))):
+        if drop:
+            shape, strides = _reduced_strides(shape, strides, drop)
+            held += math.prod(shape) * itemsize
+        if not reshape_is_view(shape, strides, perm, groups):
+            held += math.prod(shape) * itemsize
+    strides = c_strides(plan.res_shape)
+    if plan.out_perm is not None:
+        strides = tuple(strides[i] for i in plan.out_perm)
+    return held, strides
+
+
+def plan_program(terms: Sequence[str], output: str, path, shapes, dtype,
+                 strides=None) -> Program:
     """The steps of ``terms -> output`` along ``path`` for operands of ``shapes`` and
-    ``dtype`` (all operands promoted to it), with their intermediates' arena offsets."""
+    ``dtype`` (all operands promoted to it) and element ``strides`` (default C-contiguous),
+    with their intermediates' arena offsets and each step's scratch bytes."""
     blas = np.dtype(dtype).name in BLAS_DTYPES
     itemsize = np.dtype(dtype).itemsize
     current = [tuple(s) for s in shapes]
+    layout = [tuple(t) for t in strides] if strides is not None else \
+        [c_strides(s) for s in current]
     made_by: list = [None] * len(current)        # the step that made each current operand
     planned, intervals, sizes = [], {}, {}
     played = play_path(terms, output, path)
+    last = len(played) - 1
     for k, (inds, picked, result) in enumerate(played):
         in_shapes = tuple(current[i] for i in inds)
+        in_layouts = [(current[i], layout[i]) for i in inds]
         for i in reversed(inds):
             if made_by[i] is not None:
                 intervals[made_by[i]] = (made_by[i], k)
             current.pop(i)
+            layout.pop(i)
             made_by.pop(i)
         eq, shape, plan = _plan_step(_step_equation(picked, result), in_shapes, blas)
-        planned.append((tuple(inds), eq, shape, plan))
+        nbytes = math.prod(shape) * itemsize
+        if plan is not None:
+            held, res_strides = _gemm_scratch(plan, in_layouts, itemsize)
+            # into ``out``: a product to permute is written beside it first
+            scratch = held + (nbytes if k == last and plan.out_perm is not None else 0)
+            scratch_new = held + nbytes
+        else:   # np.einsum writes its buffer directly; ``evaluate`` makes its own result
+            res_strides = c_strides(shape)
+            scratch = nbytes if len(inds) > 2 else 0
+            scratch_new = nbytes
+        planned.append((tuple(inds), eq, shape, plan, scratch, scratch_new))
         current.append(shape)
+        layout.append(res_strides)
         # the last result is the caller's (``out``) or new; a step of more than two
         # operands makes its own (``evaluate``)
-        made_by.append(k if k < len(played) - 1 and len(inds) <= 2 else None)
-        sizes[k] = math.prod(shape) * itemsize
+        made_by.append(k if k < last and len(inds) <= 2 else None)
+        sizes[k] = nbytes
     offsets, arena_bytes = assign_arena_offsets(intervals, {k: sizes[k] for k in intervals})
-    steps = tuple(ProgramStep(inds, eq, shape, plan, offsets.get(k))
-                  for k, (inds, eq, shape, plan) in enumerate(planned))
+    steps = tuple(ProgramStep(inds, eq, shape, plan, offsets.get(k), scratch, scratch_new)
+                  for k, (inds, eq, shape, plan, scratch, scratch_new) in enumerate(planned))
     return Program(steps, arena_bytes)
 
 
@@ -155,7 +260,8 @@ class PathContraction:
         self.keep_arenas = keep_arenas
         self._terms, self._output = split(equation)
         self._programs: dict = {}
-        self._idle: dict = {}            # program key -> arenas kept for the next calls
+        self._called: dict = {}          # (shapes, byte strides, dtype) -> program
+        self._idle: list = []            # arenas kept for the next calls
         self._lock = threading.Lock()
 
     def __getstate__(self):
@@ -164,24 +270,37 @@ class PathContraction:
     def __setstate__(self, state):
         self.__init__(state["equation"], state["path"], state.get("keep_arenas", False))
 
-    def program(self, shapes, dtype) -> Program:
-        """The planned program for operands of ``shapes`` in ``dtype`` (built once)."""
-        key = (tuple(map(tuple, shapes)), np.dtype(dtype).str)
+    def program(self, shapes, dtype, strides=None) -> Program:
+        """The planned program for operands of ``shapes`` in ``dtype`` with element
+        ``strides`` (default C-contiguous), built once."""
+        shapes = tuple(map(tuple, shapes))
+        strides = tuple(map(tuple, strides)) if strides is not None else \
+            tuple(c_strides(s) for s in shapes)
+        key = (shapes, strides, np.dtype(dtype).str)
         prog = self._programs.get(key)
         if prog is None:
-            prog = plan_program(self._terms, self._output, self.path, shapes, dtype)
+            prog = plan_program(self._terms, self._output, self.path, shapes, dtype, strides)
             self._programs[key] = prog
         return prog
 
     def idle_arena_bytes(self) -> int:
         """Bytes of the arenas kept for the next calls."""
         with self._lock:
-            return sum(a.nbytes for idle in self._idle.values() for a, _ in idle)
+            return sum(a.buffer.nbytes for a in self._idle)
 
     def release_arenas(self) -> None:
         """Drop the arenas kept for the next calls."""
         with self._lock:
-            self._idle = {}
+            self._idle = []
+
+    def _checkout(self, nbytes: int) -> "_Arena":
+        """An arena of at least ``nbytes`` for one call: a kept one (grown where it is too
+        small: the programs of a sliced contraction's ragged slices share it), else new."""
+        with self._lock:
+            kept = self._idle.pop() if self._idle else None
+        if kept is None or kept.buffer.nbytes < nbytes:
+            kept = _Arena(np.empty(nbytes, np.uint8))
+        return kept
 
     def __call__(self, *arrays, out=None, matmul: Callable | None = None):
         """``einsum(equation, *arrays)`` along the path, in the operands' promoted dtype.
@@ -189,17 +308,14 @@ class PathContraction:
         and dtype; otherwise the result is a new array (never the arena's).
         ``matmul(a, b, c)`` runs the GEMMs (default ``np.matmul(a, b, out=c)``)."""
         current = promote_operands(arrays)
-        key = (tuple(a.shape for a in current), current[0].dtype.str)
-        prog = self.program(key[0], current[0].dtype)
-        kept = None          # (arena, each step's place in it)
-        if prog.arena_bytes:
-            with self._lock:
-                idle = self._idle.get(key)
-                kept = idle.pop() if idle else None
-            if kept is None:
-                arena = np.empty(prog.arena_bytes, np.uint8)
-                kept = (arena, [s.buffer(arena, current[0].dtype) for s in prog.steps])
-        bufs = kept[1] if kept else [None] * len(prog.steps)
+        dtype = current[0].dtype
+        key = (tuple(a.shape for a in current), tuple(a.strides for a in current), dtype.str)
+        prog = self._called.get(key)
+        if prog is None:
+            prog = self._called[key] = self.program(
+                key[0], dtype, [[s // dtype.itemsize for s in t] for t in key[1]])
+        kept = self._checkout(prog.arena_bytes) if prog.arena_bytes else None
+        bufs = kept.places(key, prog, dtype) if kept else [None] * len(prog.steps)
         try:
             last = len(prog.steps) - 1
             for k, step in enumerate(prog.steps):
@@ -213,13 +329,32 @@ class PathContraction:
                 current.append(step.run(operands, target, matmul, bufs[k]))
                 del operands   # operands outside the arena are freed here, not a step later
             res = current[0]
-            if kept is not None and np.may_share_memory(res, kept[0]):
+            if kept is not None and np.may_share_memory(res, kept.buffer):
                 res = res.copy()  # a last step that only permutes an intermediate: a view
         finally:
             if kept is not None and self.keep_arenas:
                 with self._lock:
-                    self._idle.setdefault(key, []).append(kept)
+                    self._idle.append(kept)
         return res
+
+
+class _Arena:
+    """One call's arena, and each step's place in it for the first program run on it
+    (made once: the full slices of a sliced contraction; other programs make theirs per
+    call, so that the views kept do not grow with the ragged slices' combinations)."""
+
+    __slots__ = ("buffer", "key", "bufs")
+
+    def __init__(self, buffer):
+        self.buffer, self.key, self.bufs = buffer, None, None
+
+    def places(self, key, prog: Program, dtype) -> list:
+        if self.key == key:
+            return self.bufs
+        bufs = [s.buffer(self.buffer, dtype) for s in prog.steps]
+        if self.key is None:
+            self.key, self.bufs = key, bufs
+        return bufs
 
 
 @functools.lru_cache(maxsize=256)

@@ -59,6 +59,20 @@ def split(equation: str) -> tuple[list[str], str]:
     return lhs.split(","), out
 
 
+def abbreviate(equation: str, width: int = 80) -> str:
+    """``equation`` quoted for a message: whole where it fits ``width`` characters, else
+    its first terms, an ellipsis, its output and the operand count."""
+    if len(equation) <= width:
+        return repr(equation)
+    terms, out = split(equation)
+    head = ""
+    for t in terms:
+        if len(head) + len(t) + 1 > width // 2:
+            break
+        head += t + ","
+    return f"'{head}...->{out}' ({len(terms)} operands)"
+
+
 _SYNTAX = frozenset(",->.")
 _LABELS: list[str] = []
 

@@ -137,13 +137,15 @@ class Plan(StepsIntrospection):
     def memory_stats(self) -> dict:
         """Measured memory next to the plan's prediction: ``high_water_bytes`` is the most
         arena bytes this plan had checked out at once (concurrent calls each hold one);
-        ``pool`` the backend's pool statistics (hits, misses, bytes held, high water)."""
+        ``pool`` the backend's pool statistics (hits, misses, bytes held, high water);
+        ``measured_peak_bytes`` the last ``measure_peak_bytes`` (None before one ran)."""
         with self._lock:
             st = dict(self.arena_stats)
         return {"planned_bytes": self.memory.planned_bytes, "arena_bytes": self.arena_bytes,
                 "high_water_bytes": st["max_live"] * self.arena_bytes,
                 "arenas_created": st["created"], "max_concurrent_calls": st["max_live"],
-                "pool": self.pool.stats.to_dict()}
+                "pool": self.pool.stats.to_dict(),
+                "measured_peak_bytes": getattr(self, "_measured_peak", None)}
 
     @property
     def workspace_step(self):
@@ -174,6 +176,33 @@ class Plan(StepsIntrospection):
         for s in self.steps:
             if s.kernel.release is not None:
                 s.kernel.release()
+
+    def measure_peak_bytes(self, *args, **kwargs) -> int:
+        """What one call on these inputs allocates at once beside its inputs and outputs, as
+        ``tracemalloc`` counts (arrays and the call's Python objects), to set beside
+        ``predicted_peak_bytes`` (which counts arrays). One call runs first, unmeasured (so
+        that what a process sets up once is not counted); then the plan's kept arenas and
+        the pool's buffers are released, so the arena is counted as on a first call."""
+        import tracemalloc
+
+        self(*args, **kwargs)
+        self.release_arenas()
+        self.pool.clear()
+        tracing = tracemalloc.is_tracing()
+        if not tracing:
+            tracemalloc.start()
+        try:
+            base = tracemalloc.get_traced_memory()[0]
+            tracemalloc.reset_peak()
+            results = self(*args, **kwargs)
+            peak = tracemalloc.get_traced_memory()[1] - base
+        finally:
+            if not tracing:
+                tracemalloc.stop()
+        leaves = results.values() if isinstance(results, dict) else \
+            results if isinstance(results, (tuple, list)) else [results]
+        self._measured_peak = peak - sum(getattr(r, "nbytes", 0) for r in leaves)
+        return self._measured_peak
 
     # -- execution --------------------------------------------------------------------------
     def bind(self, args, kwargs) -> list:

@@ -121,8 +121,13 @@ class OptimizationReport:
                              f"(arena {_mb(m['arena_bytes'])} + largest step workspace "
                              f"{_mb(m['workspace_bytes'])}; inputs and outputs not counted)")
             measured = self.measured_memory()
+            if measured and measured.get("measured_peak_bytes") is not None:
+                got, want = measured["measured_peak_bytes"], m.get("predicted_peak_bytes")
+                off = f"; {100 * (got - want) / want:+.1f} % of the predicted" if want else ""
+                lines.append(f"  measured peak per call: {_mb(got)} (tracemalloc, "
+                             f"plan.measure_peak_bytes{off})")
             if measured and measured["arenas_created"]:
-                lines.append(f"  memory measured: high water {_mb(measured['high_water_bytes'])}"
+                lines.append(f"  arenas in use: high water {_mb(measured['high_water_bytes'])}"
                              f" ({measured['max_concurrent_calls']} concurrent call(s)); pool "
                              f"high water {_mb(measured['pool']['high_water'])}")
         t = self.thread_info()

@@ -55,28 +55,22 @@ def sliced_kernel(G, n) -> Kernel:
     at a time, so its intermediates stay within the memory limit the slicing pass met."""
     from .. import ir
     from ..contraction_program import PathContraction
-    from ..paths import default_path, label_sizes
-    from ..sliced_contraction import (
-        contraction_workspace_bytes,
-        parallel_workspace_bytes,
-        sliced_contract,
-        splits_result,
-    )
+    from ..paths import default_path
+    from ..sliced_contraction import contraction_workspace_bytes, sliced_contract
 
     d = G.nodes[n]
     a = d["attrs"]
     eq, path = a["equation"], a.get("path")
     slices, blocks = list(a.get("slices", ())), a.get("slice_blocks")
     most = int(a.get("slice_workers", 1))    # the slicing pass's bound for the memory limit
-    shapes = [G.nodes[u]["shape"] for u in ir.operands(G, n)]
+    operands = ir.operands(G, n)
+    shapes = [G.nodes[u]["shape"] for u in operands]
     # the kernel's own program keeps its arenas (one per slice in flight) between calls
     program = PathContraction(eq, path or default_path(eq, shapes), keep_arenas=True)
     workspace = contraction_workspace_bytes(eq, shapes, program.path, slices, blocks,
-                                            np.dtype(d["dtype"]).itemsize)
-    if not slices:   # planned now; its arena packs the live intermediates with alignment
-        workspace = max(workspace, program.program(shapes, d["dtype"]).arena_bytes)
-    split = splits_result(eq, label_sizes(eq, shapes), slices, blocks)
-    workspace = parallel_workspace_bytes(most, split, workspace, ir.nbytes(G, n))
+                                            d["dtype"], most,
+                                            [G.nodes[u]["dtype"] for u in operands],
+                                            contraction=program)
 
     def fn(args, out):
         workers = min(most, threads.current_threads())

@@ -1,33 +1,37 @@
-"""``slicing``: bound a multi-operand contraction's intermediates by ``ctx.memory_limit``.
+"""``slicing``: bound a multi-operand contraction's working memory by ``ctx.memory_limit``.
 
 The ``contraction`` pass keeps a group as one multi-operand ``einsum`` (with a ``path``
-attr) where no pairwise order keeps its intermediates within the limit. This pass plays
-each such node's path (opt_einsum's path where the node has none) and, where an
-intermediate exceeds the limit, chooses labels to slice
-(``graphopt.sliced_contraction.find_slices``, greedy as cotengra's SliceFinder), then
-searches the path again for the sliced sizes and keeps the cheaper of the two. It sets
-``attrs["slices"]`` (labels), ``attrs["slice_blocks"]`` (index values per slice) and
-``attrs["path"]``; backends run the node as a loop over slices
-(``graphopt.sliced_contraction.sliced_contract``) or as one task per slice (dask). With more
-than one thread (``compile(threads=)``, else the machine's) it may cut smaller slices to run
-``attrs["slice_workers"]`` of them at once, where that costs at most
-``PARALLEL_FLOP_OVERHEAD`` times the FLOPs and their largest intermediates fit the limit
-together.
-Without a memory limit the pass changes nothing.
+attr) where no pairwise order keeps its intermediates within the limit, and always on the
+contraction-only route. This pass computes what each such node allocates when it runs
+(``sliced_contraction.contraction_workspace_bytes``: its arena of live intermediates, the
+steps' operand copies, operand casts), against the node's share of the limit: the limit
+less the node's operands and result where they are values the plan holds (graph inputs
+and outputs are not counted, as ``memory_limit`` says). Where the workspace exceeds its
+share it chooses labels to slice and searches the path again for the sliced sizes
+(``slice_search.fit_slices``). It sets ``attrs["slices"]`` (labels),
+``attrs["slice_blocks"]`` (index values per slice) and ``attrs["path"]``; backends run the
+node as a loop over slices (``sliced_contraction.sliced_contract``) or as one task per
+slice (dask). With more than one thread (``compile(threads=)``, else the machine's) it may
+cut smaller slices to run ``attrs["slice_workers"]`` of them at once, where that costs at
+most ``PARALLEL_FLOP_OVERHEAD`` times the FLOPs and their workspaces fit the share
+together. Without a memory limit the pass changes nothing.
 
-Where no slicing can meet the limit (an operand or the result alone exceeds it) compilation
-stops here with a ``GraphError`` naming the node, its equation and the numbers.
+Where no slicing fits, compilation stops here with a ``GraphError`` naming the node, its
+equation and the numbers. The compiler then holds the whole plan (arena plus the largest
+step workspace) to the limit.
 
 Details: ``memory_limit``; ``checked`` (multi-operand einsums examined); ``repathed`` (nodes
 whose path searched again fits without slicing: node, path); ``sliced`` (per
 sliced node: node, equation, slices, slice_blocks, n_slices, FLOPs with and without
-slicing, flop_overhead, largest intermediate before/after, predicted_peak_bytes,
-task_peak_bytes, slice_workers); ``slices`` (node -> labels); ``flop_overhead`` (over the
-sliced nodes); ``predicted_peak_bytes`` (the largest over the sliced nodes); ``n_slices``
-(their sum); ``slice_workers`` (the most slices any node runs at once).
+slicing, flop_overhead, largest intermediate before/after, predicted_peak_bytes (its
+workspace), task_peak_bytes, slice_workers); ``slices`` (node -> labels); ``flop_overhead``
+(over the sliced nodes); ``predicted_peak_bytes`` (the largest over the sliced nodes);
+``n_slices`` (their sum); ``slice_workers`` (the most slices any node runs at once).
 """
 
 from __future__ import annotations
+
+import math
 
 import networkx as nx
 import numpy as np
@@ -35,8 +39,9 @@ import numpy as np
 from .. import ir, threads
 from ..einsum import split as split_equation
 from ..errors import GraphError
-from ..paths import default_path, label_sizes, play_path
-from ..sliced_contraction import slice_and_repath, slice_cost, slice_workers, splits_result
+from ..paths import default_path, label_sizes
+from ..slice_search import fit_slices
+from ..sliced_contraction import contraction_workspace_bytes, slice_workers, splits_result
 from .manager import PassResult, register_pass
 
 
@@ -57,56 +62,76 @@ def node_path(G: nx.MultiDiGraph, n: int, optimize="greedy") -> list[tuple[int, 
 PARALLEL_FLOP_OVERHEAD = 1.25
 
 
-def _slice_node(G, n, limit: int, optimize, budget: int = 1) -> dict | None:
-    """The slicing record of node ``n`` (None where its path already fits the limit).
+def held_around(G: nx.MultiDiGraph, n: int) -> int:
+    """Bytes of node ``n``'s operands and result that the plan holds in its arena while
+    ``n`` runs (values computed by other nodes, and ``n``'s result unless it is an output);
+    graph inputs, constants and outputs are not counted."""
+    outs = set(G.graph["outputs"])
+    held = {u for u in ir.operands(G, n)
+            if G.nodes[u]["op"] not in ("input", "const") and u not in outs}
+    if n not in outs:
+        held.add(n)
+    return sum(ir.nbytes(G, u) for u in held)
 
-    With a thread ``budget`` above 1 it also cuts slices for ``budget`` at once (each within
-    ``limit / budget``) and keeps them where they cost at most ``PARALLEL_FLOP_OVERHEAD``
-    times the FLOPs; ``slice_workers`` is how many slices may run at once within the limit
-    (``sliced_contraction.slice_workers``)."""
+
+def _slice_node(G, n, limit: int, optimize, budget: int = 1) -> dict | None:
+    """The slicing record of node ``n`` (None where its path already runs within its share
+    of ``limit``; see the module docstring).
+
+    With a thread ``budget`` above 1 it also cuts slices for ``budget`` at once and keeps
+    them where they cost at most ``PARALLEL_FLOP_OVERHEAD`` times the FLOPs;
+    ``slice_workers`` is how many slices may run at once within the share."""
     d = G.nodes[n]
-    eq = d["attrs"]["equation"]
-    shapes = [G.nodes[u]["shape"] for u in ir.operands(G, n)]
-    sizes = label_sizes(eq, shapes)
-    itemsize = np.dtype(d["dtype"]).itemsize
+    eq, dtype = d["attrs"]["equation"], d["dtype"]
+    operands = ir.operands(G, n)
+    shapes = [G.nodes[u]["shape"] for u in operands]
+    dtypes = [G.nodes[u]["dtype"] for u in operands]
+    share = limit - held_around(G, n)
     path = node_path(G, n, optimize)
-    terms, output = split_equation(eq)
+    whole = contraction_workspace_bytes(eq, shapes, path, (), None, dtype, 1, dtypes)
+    if whole <= share:
+        return None
     try:
-        steps = play_path(terms, output, path)
-        if slice_cost(steps, len(terms), output, sizes, {}).largest * itemsize <= limit:
-            return None
-        path0 = path
-        path, plan = slice_and_repath(eq, sizes, path0, itemsize, limit, optimize)
+        if share <= 0:
+            raise GraphError(f"the values it reads and writes take {limit - share} bytes of "
+                             f"memory_limit={limit} on their own")
+        new_path, plan, ws = fit_slices(eq, shapes, path, dtype, share, optimize, 1, dtypes)
     except GraphError as e:
-        raise GraphError(f"slicing: {e.detail}", op="einsum", src=d.get("src"),
-                         node=n) from None
-    workers = _workers(eq, sizes, plan, itemsize, limit, budget)
+        raise GraphError(f"slicing: {e.detail}; unsliced it needs {whole} bytes beside its "
+                         f"operands and result, within memory_limit={limit}", op="einsum",
+                         src=d.get("src"), node=n) from None
+    workers = _workers(eq, shapes, new_path, plan, dtype, dtypes, share, budget)
     if budget > 1 and workers < budget:
         try:
-            path_p, plan_p = slice_and_repath(eq, sizes, path0, itemsize, limit // budget,
-                                              optimize)
-        except GraphError:      # an operand alone exceeds limit / budget
+            path_p, plan_p, _ = fit_slices(eq, shapes, path, dtype, share, optimize, budget,
+                                           dtypes)
+        except GraphError:      # no slicing runs ``budget`` slices at once within the share
             plan_p = None
         if plan_p is not None and plan_p.flops <= PARALLEL_FLOP_OVERHEAD * plan.flops:
-            workers_p = _workers(eq, sizes, plan_p, itemsize, limit, budget)
+            workers_p = _workers(eq, shapes, path_p, plan_p, dtype, dtypes, share, budget)
             if workers_p > workers:
-                path, plan, workers = path_p, plan_p, workers_p
-    return {"node": n, "equation": eq, "path": path, "src": d.get("src"), **plan.to_dict(),
-            "slice_workers": workers}
+                new_path, plan, workers = path_p, plan_p, workers_p
+    ws = contraction_workspace_bytes(eq, shapes, new_path, plan.labels, plan.blocks, dtype,
+                                     workers, dtypes)
+    return {"node": n, "equation": eq, "path": new_path, "src": d.get("src"), **plan.to_dict(),
+            "slice_workers": workers, "predicted_peak_bytes": ws}
 
 
-def _workers(eq, sizes, plan, itemsize: int, limit: int, budget: int) -> int:
-    # measured as the pass bounds one slice: by its largest intermediate, so that the
-    # largest intermediates of the slices running at once fit the limit together
-    _, output = split_equation(eq)
-    out_bytes = itemsize * int(np.prod([sizes[c] for c in output], dtype=np.int64))
+def _workers(eq, shapes, path, plan, dtype, dtypes, share: int, budget: int) -> int:
+    """How many of ``plan``'s slices may run at once within ``share`` bytes
+    (``slice_workers`` over the exact workspace of one slice in flight)."""
+    one = contraction_workspace_bytes(eq, shapes, path, plan.labels, plan.blocks, dtype, 1,
+                                      dtypes)
+    sizes = label_sizes(eq, shapes)
+    out_bytes = np.dtype(dtype).itemsize * math.prod(sizes[c] for c in split_equation(eq)[1])
     return slice_workers(plan.n_slices, splits_result(eq, sizes, plan.labels, plan.blocks),
-                         plan.largest_bytes, out_bytes, limit, budget)
+                         one, out_bytes, share, budget)
 
 
 @register_pass("slicing")
 def slicing(G: nx.MultiDiGraph, ctx) -> PassResult:
-    """Slice multi-operand einsums whose intermediates exceed ``ctx.memory_limit``."""
+    """Slice multi-operand einsums whose workspace exceeds their share of
+    ``ctx.memory_limit``."""
     limit = ctx.memory_limit
     H = G if limit is None else ir.copy_graph(G)    # without a limit ``G`` is returned as is
     candidates = [n for n in ir.topo_order(G)

@@ -230,8 +230,14 @@ def test_measured_memory_is_reported_next_to_the_plan(rng):
     assert m["planned_bytes"] == plan.memory.planned_bytes
     assert m["pool"]["high_water"] >= plan.arena_bytes
     text = str(plan.report)
-    assert "memory measured: high water" in text
+    assert "arenas in use: high water" in text and "measured peak" not in text
     assert plan.report.to_dict()["memory_measured"]["high_water_bytes"] == plan.arena_bytes
+    # a measured call (tracemalloc) is set beside the prediction, within 10 %
+    got = plan.measure_peak_bytes(**inputs)
+    assert abs(got - plan.predicted_peak_bytes) <= 0.1 * plan.predicted_peak_bytes
+    assert plan.memory_stats()["measured_peak_bytes"] == got
+    assert "measured peak per call:" in str(plan.report) and "% of the predicted" in \
+        str(plan.report)
 
 
 def test_kernel_timings_are_kept_for_the_next_process(tmp_path, monkeypatch):

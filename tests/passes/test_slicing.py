@@ -1,7 +1,6 @@
 """The slicing pass and the sliced-contraction executor (graphopt/sliced_contraction.py)."""
 
 import math
-import tracemalloc
 
 import numpy as np
 import opt_einsum
@@ -14,12 +13,12 @@ from graphopt import ir
 from graphopt.errors import GraphError
 from graphopt.passes import PassContext
 from graphopt.passes.contraction import label
-from graphopt.passes.slicing import slicing
+from graphopt.passes.slicing import PARALLEL_FLOP_OVERHEAD, slicing
 from graphopt.paths import default_path, label_sizes, play_path
+from graphopt.slice_search import find_slices, fit_slices, slice_cost
 from graphopt.sliced_contraction import (
-    find_slices,
+    contraction_workspace_bytes,
     parallel_workspace_bytes,
-    slice_cost,
     slice_workers,
     sliced_contract,
     splits_result,
@@ -102,11 +101,16 @@ def test_blocks_slice_large_dimensions_in_ranges():
     assert plan.flops == plan.flops_unsliced
 
 
-def test_no_slicing_fits_when_an_operand_or_the_result_exceeds_the_limit():
-    with pytest.raises(GraphError, match=r"the result 'abc' alone is 48000 bytes"):
-        find_slices("a,b,c->abc", {"a": 10, "b": 20, "c": 30}, [(0, 1), (0, 1)], 8, 800)
-    with pytest.raises(GraphError, match=r"operand 1 'bc' alone is 4800 bytes"):
-        find_slices("ab,bc,c->a", {"a": 2, "b": 20, "c": 30}, [(0, 1), (0, 1)], 8, 1000)
+def test_find_slices_bounds_intermediates_not_operands_or_the_result():
+    # operands and the result are the caller's (memory_limit does not count inputs and
+    # outputs): only the intermediate 'ab' (1600 bytes) is cut to fit 800
+    plan = find_slices("a,b,c->abc", {"a": 10, "b": 20, "c": 30}, [(0, 1), (0, 1)], 8, 800)
+    assert plan.largest_bytes <= 800 < plan.largest_unsliced_bytes == 1600
+    plan = find_slices("ab,bc,c->a", {"a": 2, "b": 20, "c": 30}, [(0, 1), (0, 1)], 8, 1000)
+    assert plan.n_slices == 1   # the intermediate 'ac' is 480 bytes; operand 'bc' is 4800
+    with pytest.raises(GraphError, match=r"intermediate 'a' stays 16 bytes with every label "
+                                         r"sliced to one index"):
+        find_slices("ab,b,a->", {"a": 10, "b": 20}, [(0, 1), (0, 1)], 16, 8)
 
 
 # ---------------------------------------------------------------------------- executor
@@ -196,23 +200,24 @@ def test_pass_without_memory_limit_changes_nothing():
 
 
 def test_compiled_network_runs_sliced_within_the_limit_and_equals_unsliced():
-    eq, bond = grid_equation(5, 5), 3
+    eq, bond = grid_equation(5, 5), 6
     g = network_graph(eq, bond)
     inputs = network_inputs(eq, bond)
-    limit = 8 * 81
+    unsliced = go.compile(g, backend="numpy", cache=False)
+    assert "slices" not in unsliced.graph.nodes[unsliced.steps[0].node]["attrs"]
+    limit = unsliced.predicted_peak_bytes // 4
     plan = go.compile(g, backend="numpy", memory_limit=limit, cache=False)
     rec = plan.report["slicing"].details
     (sliced,) = rec["sliced"]
-    assert sliced["largest_intermediate_bytes"] <= limit
-    assert sliced["largest_intermediate_unsliced_bytes"] > limit
+    # the whole plan's predicted peak (its one step's workspace) is within the limit
+    assert plan.predicted_peak_bytes == sliced["predicted_peak_bytes"] <= limit
+    assert sliced["largest_intermediate_bytes"] < sliced["largest_intermediate_unsliced_bytes"]
     assert sliced["n_slices"] > 1 and rec["flop_overhead"] >= 1.0
     assert rec["slices"] == {str(sliced["node"]): sliced["slices"]}
     node = plan.graph.nodes[sliced["node"]]
     assert node["attrs"]["slices"] == sliced["slices"]
     assert plan.steps[0].kernel.impl == "numpy-sliced"
     np.testing.assert_allclose(plan(**inputs), reference(eq, inputs), rtol=1e-9)
-    unsliced = go.compile(g, backend="numpy", cache=False)
-    assert "slices" not in unsliced.graph.nodes[unsliced.steps[0].node]["attrs"]
     np.testing.assert_allclose(plan(**inputs), unsliced(**inputs), rtol=1e-9)
 
 
@@ -237,54 +242,74 @@ def test_slices_are_cut_to_run_at_once_where_it_costs_no_flops(threads):
 
 
 def test_slices_are_cut_for_one_at_a_time_where_more_would_cost_flops():
-    # a 5x6 lattice at bond 8: slices of half the size would cost 2x the FLOPs (more than
-    # PARALLEL_FLOP_OVERHEAD), so its slices run one at a time (each with the BLAS threads)
+    # a 5x6 lattice at bond 8 under 512 KiB: two of its slices at once do not fit, and
+    # slices cut for two at once cost more than PARALLEL_FLOP_OVERHEAD times the FLOPs (or
+    # none fit), so its slices run one at a time (each with the BLAS threads)
     eq, bond = grid_equation(5, 6), 8
     g = network_graph(eq, bond)
-    plan = go.compile(g, backend="numpy", memory_limit=2 ** 20, threads=2, cache=False)
+    limit = 2 ** 19
+    plan = go.compile(g, backend="numpy", memory_limit=limit, threads=2, cache=False)
     (rec,) = plan.report["slicing"].details["sliced"]
     assert rec["slice_workers"] == 1 and rec["n_slices"] > 1
+    assert plan.predicted_peak_bytes <= limit
+    shapes = [(bond,) * len(t) for t in eq.split("->")[0].split(",")]
+    one = contraction_workspace_bytes(eq, shapes, rec["path"], rec["slices"],
+                                      rec["slice_blocks"], "float64", 2)
+    assert one > limit      # the chosen slices, two at once
+    try:
+        _, two, _ = fit_slices(eq, shapes, default_path(eq, shapes), "float64", limit,
+                               workers=2)
+        assert two.flops > PARALLEL_FLOP_OVERHEAD * rec["flops"]
+    except GraphError:
+        pass                # no slicing runs two at once within the limit
     inputs = network_inputs(eq, bond)
     np.testing.assert_allclose(plan(**inputs), reference(eq, inputs), rtol=1e-9)
 
 
-def test_sliced_plan_allocates_within_the_predicted_peak():
-    # bond 8 on a 4x5 lattice: the unsliced greedy path holds an 8**6-element (2 MiB)
-    # intermediate; the budget is the largest tensor, 8**4 elements (32 KiB)
+def test_sliced_plan_allocates_what_it_predicts_within_the_limit():
+    # a 4x5 lattice at bond 8: unsliced, its greedy path holds 6 MiB at once; under a
+    # quarter of that it runs sliced, and a call allocates (tracemalloc, beside inputs and
+    # outputs) within 10 % of the predicted peak, and within the limit
     eq, bond = grid_equation(4, 5), 8
     g = network_graph(eq, bond)
     inputs = network_inputs(eq, bond)
-    limit = 8 * bond**4
-    plan = go.compile(g, backend="numpy", memory_limit=limit, cache=False, optimize="greedy")
-    (sliced,) = plan.report["slicing"].details["sliced"]
     unsliced = go.compile(g, backend="numpy", cache=False, optimize="greedy")
     expected = unsliced(**inputs)
-    plan(**inputs)  # warm up (opt_einsum's expression caches)
-
-    def peak(p):
-        tracemalloc.start()
-        try:
-            p(**inputs)
-            return tracemalloc.get_traced_memory()[1]
-        finally:
-            tracemalloc.stop()
-
-    sliced_peak, unsliced_peak = peak(plan), peak(unsliced)
-    assert unsliced_peak > 2**21 > 4 * sliced_peak
-    # the prediction counts intermediates; tensordot's transposed operand copies can double
-    # a step's bytes, and Python objects add a few kB
-    assert sliced_peak <= 2 * sliced["predicted_peak_bytes"] + 2**16, (sliced_peak, sliced)
+    whole = unsliced.measure_peak_bytes(**inputs)
+    assert abs(whole - unsliced.predicted_peak_bytes) <= 0.1 * unsliced.predicted_peak_bytes
+    limit = unsliced.predicted_peak_bytes // 4
+    plan = go.compile(g, backend="numpy", memory_limit=limit, cache=False, optimize="greedy",
+                      threads=1)
+    (sliced,) = plan.report["slicing"].details["sliced"]
     np.testing.assert_allclose(plan(**inputs), expected, rtol=1e-9)
+    measured = plan.measure_peak_bytes(**inputs)
+    assert abs(measured - plan.predicted_peak_bytes) <= 0.1 * plan.predicted_peak_bytes
+    assert measured <= limit < whole
+    assert plan.idle_arena_bytes > 0      # measure_peak_bytes ran a call, which kept its arena
 
 
 def test_budget_no_slicing_can_meet_raises_at_compile_time():
     eq, bond = grid_equation(3, 3), 4
     g = network_graph(eq, bond)
     with pytest.raises(GraphError) as err:
-        go.compile(g, backend="numpy", memory_limit=1000, cache=False)
+        go.compile(g, backend="numpy", memory_limit=100, cache=False)
     msg = str(err.value)
-    assert "op 'einsum'" in msg and "node" in msg and "memory_limit=1000 bytes" in msg
-    assert "alone is 2048 bytes" in msg  # a 4-bond tensor: 256 float64
+    assert "op 'einsum'" in msg and "node" in msg and "memory_limit=100" in msg
+    assert "runs within 100 bytes" in msg and "the least found was" in msg
+    assert err.value.src and "test_slicing.py" in err.value.src
+
+
+def test_a_limit_met_only_by_absurd_slicing_is_refused():
+    # an MPS ring's live intermediates all hold a bond: halving its working set would
+    # slice every bond (about 2**50 slices); the pass refuses rather than run that
+    n, bond = 24, 8
+    terms = [label(i) + label(n + i) + label((i + 1) % n) for i in range(n)]
+    eq = ",".join(terms) + "->"
+    g = go.Graph("ring")
+    g.output(go.einsum(eq, *(g.input(f"t{i}", (bond, 2, bond)) for i in range(n))))
+    whole = go.compile(g, backend="numpy", cache=False).predicted_peak_bytes
+    with pytest.raises(GraphError, match=r"slicing further costs .*x the FLOPs"):
+        go.compile(g, backend="numpy", memory_limit=whole // 8, cache=False)
 
 
 def test_pipeline_runs_slicing_after_contraction():
