@@ -55,13 +55,36 @@ def run_graph(G: nx.MultiDiGraph, inputs: Sequence[np.ndarray]) -> list[np.ndarr
         env[nid] = np.asarray(arr)
     for n in order:
         if n not in env:
-            args = [env[u] for u in ir.operands(G, n)]
-            env[n] = eval_node(G, n, args)
+            env[n] = eval_node(G, n, [env[u] for u in ir.operands(G, n)])
         for u in ir.operands(G, n):
             remaining[u] -= 1
             if remaining[u] == 0:
                 del env[u]
     return [env[o] for o in G.graph["outputs"]]
+
+
+def run_graph_peak_bytes(G: nx.MultiDiGraph) -> int:
+    """The most bytes of computed values ``run_graph`` holds at once on ``G``: each value
+    from its evaluation to its last use (outputs to the end), and while an op runs the
+    arrays its NumPy form holds (``ops.impl_peak_bytes``); inputs and constants not counted,
+    a value NumPy returns as a view counted as new (an upper bound)."""
+    remaining = {n: G.out_degree(n) for n in G}
+    for o in G.graph["outputs"]:
+        remaining[o] += 1
+    live = peak = 0
+    for n in execution_order(G):
+        d = G.nodes[n]
+        if d["op"] not in ("input", "const"):
+            us = ir.operands(G, n)
+            held = ops.impl_peak_bytes(d["op"], d["shape"], G.nodes[us[0]]["dtype"] if us
+                                       else d["dtype"], d["dtype"])
+            peak = max(peak, live + held)
+            live += ir.nbytes(G, n)
+        for u in ir.operands(G, n):
+            remaining[u] -= 1
+            if remaining[u] == 0 and G.nodes[u]["op"] not in ("input", "const"):
+                live -= ir.nbytes(G, u)
+    return peak
 
 
 def interpret(G: nx.MultiDiGraph, *args, **kwargs):

@@ -23,8 +23,8 @@ class Kernel:
     blocks); otherwise it runs on the calling thread alone. ``workspace_bytes``: the most
     memory one call allocates beside ``out`` and frees before it returns (transposed operand
     copies, per-slice intermediates): the plan's predicted peak adds the largest to the
-    arena. ``workspace_is_result``: that workspace is the result itself, computed and then
-    copied into ``out`` (none where the step writes an output, which gets it as it is).
+    arena (a reference step's counts the result it computes before copying it into
+    ``out``).
     ``held_bytes()``/``release()`` (optional): memory the kernel keeps between calls (a
     contraction program's arenas) and how to give it back; the plan counts it with its own
     idle arenas and releases both together.
@@ -38,7 +38,6 @@ class Kernel:
     details: dict = field(default_factory=dict)
     uses_threads: bool = False
     workspace_bytes: int = 0
-    workspace_is_result: bool = False
     held_bytes: Callable | None = None
     release: Callable | None = None
 
@@ -72,8 +71,6 @@ class Step:
     @property
     def workspace_bytes(self) -> int:
         """What the kernel allocates beside its result during this step."""
-        if self.kernel.workspace_is_result and self.offset is None:
-            return 0
         return self.kernel.workspace_bytes
 
 

@@ -173,9 +173,15 @@ def path_flops(equation: str, sizes: dict, path=None) -> int:
 
 
 def label_sizes(equation: str, shapes) -> dict[str, int]:
-    """Each label's dimension, read from the operand ``shapes``."""
+    """Each label's dimension, read from the operand ``shapes``: where a label is 1 on one
+    operand and n on another (NumPy's size-1 broadcasting), n."""
     terms, _ = split_equation(equation)
-    return {c: int(s) for t, sh in zip(terms, shapes) for c, s in zip(t, sh)}
+    sizes: dict[str, int] = {}
+    for t, sh in zip(terms, shapes):
+        for c, d in zip(t, sh):
+            if sizes.get(c, 1) == 1:
+                sizes[c] = int(d)
+    return sizes
 
 
 def default_path(equation: str, shapes, optimize="greedy") -> list[tuple[int, ...]]:

@@ -85,11 +85,19 @@ def slice_ranges(size: int, block: int) -> list[slice]:
     return [slice(s, min(s + block, size)) for s in range(0, size, block)] or [slice(0, 0)]
 
 
+def slice_index(term: str, shape, where: dict) -> tuple:
+    """The index restricting an operand labelled ``term`` of ``shape`` to the slice
+    ``where``; a dim of size 1 is kept whole (it broadcasts against the label's range, as
+    ``np.einsum`` broadcasts it, so every slice reads it)."""
+    return tuple(slice(None) if d == 1 else where.get(c, slice(None))
+                 for c, d in zip(term, shape))
+
+
 def operand_view(array, term: str, where: dict):
     """``array`` (labelled ``term``) restricted to the slice ``where`` (a view for NumPy)."""
     if not any(c in where for c in term):
         return array
-    return array[tuple(where.get(c, slice(None)) for c in term)]
+    return array[slice_index(term, array.shape, where)]
 
 
 def sliced_contract(equation: str, path, slices, arrays: Sequence[np.ndarray], out=None,

@@ -5,6 +5,8 @@ import json
 import pathlib
 import sys
 
+import pytest
+
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
@@ -75,3 +77,17 @@ def test_slices_benchmark_checks_every_result(capsys):
         diff = float(r.rstrip(" |").rsplit("|", 1)[1])
         assert diff < 1e-12, r
     assert rows[2].split("|")[3].strip() == "2"       # two slices at once with two threads
+
+
+def test_memory_benchmark_sets_the_measured_peak_beside_the_prediction(tmp_path):
+    pytest.importorskip("cotengra")
+    from benchmarks import memory
+
+    out = tmp_path / "memory.json"
+    assert memory.main(["--mode", "default", "--instances", "lattice", "--fractions", "0.25",
+                        "--json", str(out)]) == 0
+    rows = json.loads(out.read_text())
+    assert [r["fraction"] for r in rows] == [None, 0.25]
+    assert rows[1]["limit"] == int(rows[0]["predicted"] * 0.25) and rows[1]["slices"] > 1
+    for r in rows:   # a 10x10 lattice: arrays, not Python objects, dominate
+        assert 0.9 <= r["ratio"] <= 1.1 and r["within_limit"], r

@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 import graphopt as go
+from graphopt import workloads
 from graphopt.backends.cuda_kernels.graphs import CudaGraphPlan
 from graphopt.plan import Plan
 
@@ -119,8 +120,10 @@ def test_reference_steps_count_the_result_they_copy_as_workspace():
     plan = go.compile(outer_then_sum_graph(300), backend="numpy", cache=False)
     held = [s for s in plan.steps if s.offset is not None]
     assert max(s.workspace_bytes for s in held) == max(s.nbytes for s in held) == 8 * 300**2
+    # an output step too computes its result, then copies it into the output array the plan
+    # allocated for the call
     out = [s for s in plan.steps if s.offset is None]
-    assert out and all(s.workspace_bytes == 0 for s in out)   # the result is handed over
+    assert out and all(s.workspace_bytes == s.nbytes for s in out)
     # traced allocations of a call: the arena, then the einsum's result beside it
     import tracemalloc
     x = np.ones(300)
@@ -130,3 +133,24 @@ def test_reference_steps_count_the_result_they_copy_as_workspace():
     peak = tracemalloc.get_traced_memory()[1]
     tracemalloc.stop()
     assert abs(peak - plan.predicted_peak_bytes) <= 0.1 * plan.predicted_peak_bytes
+
+
+@pytest.mark.parametrize("backend", ["numpy", "numba"])
+@pytest.mark.parametrize("make", [
+    lambda: workloads.mlp(batch=128, d_in=256, d_hidden=1024),
+    lambda: workloads.attention(batch=2, heads=4, seq=128, dim=32),
+    lambda: workloads.elementwise(n=1 << 18),
+    lambda: workloads.redundant(n=256),
+    lambda: workloads.mps_ring(sites=8, bond=32),
+], ids=["mlp", "attention", "elementwise", "redundant", "mps_ring"])
+def test_a_call_allocates_the_predicted_peak(make, backend):
+    # tracemalloc's peak of a call (beside inputs and outputs, arenas released first)
+    # within 10 % of the plan's predicted peak, plus the few kB of the call's Python objects
+    w = make()
+    if backend == "numpy" and w.name.startswith("mps_ring"):
+        pytest.skip("the reference interpreter's pairwise np.einsum copies an operand of "
+                    "its own (256 KB of a 1 MB step here), which is not modelled")
+    plan = go.compile(w.build(), backend=backend, cache=False)
+    got = plan.measure_peak_bytes(**w.inputs)
+    want = plan.predicted_peak_bytes
+    assert abs(got - want) <= 0.1 * want + 2**14, (got, want)

@@ -4,12 +4,10 @@ wherever NumPy runs."""
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
-from .. import ops, threads
-from ..interpreter import eval_node
+from .. import ir, ops, threads
+from ..interpreter import eval_node, run_graph_peak_bytes
 from ..kernel import Kernel
 from .base import Backend, register_backend
 from .cpu_gemm import threaded_matmul
@@ -41,19 +39,21 @@ def reference_kernel(G, n) -> Kernel:
         return out
 
     fn.__name__ = f"ref_{d['op']}_{n}"
-    nbytes = math.prod(d["shape"]) * np.dtype(d["dtype"]).itemsize
+    # the interpreter's result before it is copied into ``out`` (outputs are preallocated
+    # too), with what its NumPy form holds beside it, and a fused node's body values
+    us = ir.operands(G, n)
+    nbytes = run_graph_peak_bytes(d["attrs"]["graph"]) if d["op"] == ops.FUSED else \
+        ops.impl_peak_bytes(d["op"], d["shape"], G.nodes[us[0]]["dtype"] if us else d["dtype"],
+                            d["dtype"])
     call = ops.OPS[d["op"]].impl
     src = (f"# reference: {d['op']} {d['attrs'] if d['op'] not in ('fused', 'const') else ''}"
            f"\nout[...] = {getattr(call, '__qualname__', d['op'])}(args, attrs)")
-    # the interpreter's result, before it is copied into ``out``
-    return Kernel(fn.__name__, fn, src, impl="numpy", node=n, workspace_bytes=nbytes,
-                  workspace_is_result=True)
+    return Kernel(fn.__name__, fn, src, impl="numpy", node=n, workspace_bytes=nbytes)
 
 
 def sliced_kernel(G, n) -> Kernel:
     """An einsum with ``slices`` (or a multi-operand ``path``): run along its path, one slice
     at a time, so its intermediates stay within the memory limit the slicing pass met."""
-    from .. import ir
     from ..contraction_program import PathContraction
     from ..paths import default_path
     from ..sliced_contraction import contraction_workspace_bytes, sliced_contract

@@ -318,3 +318,17 @@ def test_pipeline_runs_slicing_after_contraction():
     for level in (2, 3):
         names = pipeline_for(level)
         assert names.index("slicing") == names.index("contraction") + 1
+
+
+@pytest.mark.parametrize("blocks", [[1], [2], [3], [4]])
+def test_a_sliced_label_that_broadcasts_from_size_one_is_read_whole(blocks):
+    # 'b' is 4 on the first operand and 1 (broadcast) on the second: every slice of b reads
+    # the second operand's one row, as np.einsum broadcasts it
+    rng = np.random.default_rng(0)
+    a, b, c = rng.normal(size=(3, 4)), rng.normal(size=(1, 5)), rng.normal(size=(5, 2))
+    eq = "ab,bc,cd->ad"
+    assert label_sizes(eq, [a.shape, b.shape, c.shape])["b"] == 4
+    got = sliced_contract(eq, [(0, 1), (0, 1)], ["b"], [a, b, c], blocks=blocks)
+    np.testing.assert_allclose(got, np.einsum(eq, a, b, c), rtol=1e-12)
+    got = sliced_contract("ab,bc,cd->bd", [(0, 1), (0, 1)], ["b"], [a, b, c], blocks=blocks)
+    np.testing.assert_allclose(got, np.einsum("ab,bc,cd->bd", a, b, c), rtol=1e-12)

@@ -27,7 +27,7 @@ from ...einsum import split as split_equation
 from ...einsum import to_ascii
 from ...errors import GraphError
 from ...paths import default_path, label_sizes, play_path
-from ...sliced_contraction import slice_ranges
+from ...sliced_contraction import slice_index, slice_ranges
 
 
 @dataclass
@@ -225,7 +225,7 @@ def sliced_einsum(equation: str, path, slices, args: list, opts: Options, log: S
         key = (k,) + tuple((c, where[c].start) for c in terms[k] if c in where)
         if key not in views:
             a = args[k]
-            sub = a[tuple(where.get(c, slice(None)) for c in terms[k])] if len(key) > 1 else a
+            sub = a[slice_index(terms[k], a.shape, where)] if len(key) > 1 else a
             views[key] = sub.rechunk({j: -1 for j in range(sub.ndim)}) if sub.ndim else sub
         return views[key]
 
