@@ -50,6 +50,8 @@ def measure(name: str, fractions, backend: str) -> list[dict]:
     g, inputs = _graph_and_inputs(name)
     rows, whole = [], None
     for f in (None, *fractions):
+        if f is not None and not whole:
+            break        # nothing held beside inputs and outputs: no limit to set
         limit = None if f is None else int(whole * f)
         row = {"instance": name, "backend": backend, "fraction": f, "limit": limit}
         try:

@@ -250,6 +250,7 @@ def _relax(state: _Slicer) -> None:
 # intermediate bounded by at most this fraction of the previous bound.
 TIGHTEN = 0.8
 FIT_ROUNDS = 16
+EXTRA_ROUNDS = 2
 # A slicing that costs more than this many times the unsliced FLOPs is refused: a limit
 # that only such a slicing meets is one the path, not slicing, must meet.
 MAX_FLOP_OVERHEAD = 1000.0
@@ -262,13 +263,16 @@ def fit_slices(equation: str, shapes, path, dtype, budget: int, optimize="greedy
     operands and result (``sliced_contraction.contraction_workspace_bytes``), as
     ``(path, plan, workspace bytes)``. Each intermediate is first bounded by ``budget /
     workers``; the bound tightens until the workspace, which also holds the arena's other
-    live intermediates and the steps' operand copies, fits. Raises ``GraphError`` with the
-    numbers where no slicing does within ``MAX_FLOP_OVERHEAD`` times the FLOPs."""
+    live intermediates and the steps' operand copies, fits, and ``EXTRA_ROUNDS`` tighter
+    bounds after that are tried too (a tighter bound can find a cheaper path): the fewest
+    FLOPs that fit win. Raises ``GraphError`` with the numbers where no slicing fits within
+    ``MAX_FLOP_OVERHEAD`` times the FLOPs."""
     sizes = label_sizes(equation, shapes)
     itemsize = np.dtype(dtype).itemsize
-    bound, best, fewest = budget // max(1, workers), None, ""
+    bound, least, fewest, best = budget // max(1, workers), None, "", None
+    extra = EXTRA_ROUNDS
     for _ in range(FIT_ROUNDS):
-        if bound < itemsize:
+        if bound < itemsize or extra < 0:
             break
         try:
             p, plan = slice_and_repath(equation, sizes, path, itemsize, bound, optimize)
@@ -280,9 +284,13 @@ def fit_slices(equation: str, shapes, path, dtype, budget: int, optimize="greedy
         ws = contraction_workspace_bytes(equation, shapes, p, plan.labels, plan.blocks, dtype,
                                          workers, operand_dtypes)
         if ws <= budget:
-            return p, plan, ws
-        if best is None or ws < best:
-            best, fewest = ws, f"; the least found was {ws} bytes"
+            if best is None or plan.flops < best[1].flops:
+                best = (p, plan, ws)
+            extra -= 1
+        elif least is None or ws < least:
+            least, fewest = ws, f"; the least found was {ws} bytes"
         bound = min(int(bound * TIGHTEN), int(bound * budget / ws))
+    if best is not None:
+        return best
     raise GraphError(f"no slicing of {abbreviate(equation)} runs within {budget} bytes "
                      f"({workers} slice(s) at once){fewest}")

@@ -7,8 +7,8 @@ contraction-only route. This pass computes what each such node allocates when it
 steps' operand copies, operand casts), against the node's share of the limit: the limit
 less the node's operands and result where they are values the plan holds (graph inputs
 and outputs are not counted, as ``memory_limit`` says). Where the workspace exceeds its
-share it chooses labels to slice and searches the path again for the sliced sizes
-(``slice_search.fit_slices``). It sets ``attrs["slices"]`` (labels),
+share it chooses labels to slice, within ``SLICE_HEADROOM`` of the share, and searches the
+path again for the sliced sizes (``slice_search.fit_slices``). It sets ``attrs["slices"]`` (labels),
 ``attrs["slice_blocks"]`` (index values per slice) and ``attrs["path"]``; backends run the
 node as a loop over slices (``sliced_contraction.sliced_contract``) or as one task per
 slice (dask). With more than one thread (``compile(threads=)``, else the machine's) it may
@@ -60,6 +60,10 @@ def node_path(G: nx.MultiDiGraph, n: int, optimize="greedy") -> list[tuple[int, 
 # Slices cut for running several at once may cost this much more FLOPs than slices cut for
 # one at a time, and still be chosen.
 PARALLEL_FLOP_OVERHEAD = 1.25
+# A contraction that must be sliced is sliced to this fraction of its share of the limit:
+# the predicted workspace is what a call measures within a few percent (NumPy's cache of
+# small allocations, per-slice Python objects), and the measured peak must stay within it.
+SLICE_HEADROOM = 0.9
 
 
 def held_around(G: nx.MultiDiGraph, n: int) -> int:
@@ -95,6 +99,7 @@ def _slice_node(G, n, limit: int, optimize, budget: int = 1) -> dict | None:
         if share <= 0:
             raise GraphError(f"the values it reads and writes take {limit - share} bytes of "
                              f"memory_limit={limit} on their own")
+        share = int(share * SLICE_HEADROOM)
         new_path, plan, ws = fit_slices(eq, shapes, path, dtype, share, optimize, 1, dtypes)
     except GraphError as e:
         raise GraphError(f"slicing: {e.detail}; unsliced it needs {whole} bytes beside its "

@@ -239,7 +239,7 @@ def test_budget_no_slicing_can_meet_raises_before_running_anything(client):
     scheduler = client.cluster.scheduler
     scheduler.add_plugin(seen)
     try:
-        with pytest.raises(go.GraphError, match=r"slicing: no slicing .* runs within 1000 "
+        with pytest.raises(go.GraphError, match=r"slicing: no slicing .* runs within 900 "
                                                 r"bytes .*memory_limit=1000"):
             go.compile(g, backend="dask", memory_limit=1000, client=client, cache=False)
         client.run_on_scheduler(lambda: None)   # a round trip: anything sent has arrived

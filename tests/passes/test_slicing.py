@@ -13,9 +13,9 @@ from graphopt import ir
 from graphopt.errors import GraphError
 from graphopt.passes import PassContext
 from graphopt.passes.contraction import label
-from graphopt.passes.slicing import PARALLEL_FLOP_OVERHEAD, slicing
+from graphopt.passes.slicing import SLICE_HEADROOM, slicing
 from graphopt.paths import default_path, label_sizes, play_path
-from graphopt.slice_search import find_slices, fit_slices, slice_cost
+from graphopt.slice_search import find_slices, slice_cost
 from graphopt.sliced_contraction import (
     contraction_workspace_bytes,
     parallel_workspace_bytes,
@@ -241,27 +241,21 @@ def test_slices_are_cut_to_run_at_once_where_it_costs_no_flops(threads):
     np.testing.assert_allclose(plan(*arrays), np.einsum(eq, *arrays), rtol=1e-12)
 
 
-def test_slices_are_cut_for_one_at_a_time_where_more_would_cost_flops():
-    # a 5x6 lattice at bond 8 under 512 KiB: two of its slices at once do not fit, and
-    # slices cut for two at once cost more than PARALLEL_FLOP_OVERHEAD times the FLOPs (or
-    # none fit), so its slices run one at a time (each with the BLAS threads)
+def test_slices_run_one_at_a_time_where_two_at_once_do_not_fit():
+    # a 5x6 lattice at bond 8 under 512 KiB: two of its slices at once do not fit (and the
+    # pass kept them over slices cut for two at once), so its slices run one at a time, each
+    # with the call's threads for its GEMMs
     eq, bond = grid_equation(5, 6), 8
     g = network_graph(eq, bond)
     limit = 2 ** 19
     plan = go.compile(g, backend="numpy", memory_limit=limit, threads=2, cache=False)
     (rec,) = plan.report["slicing"].details["sliced"]
     assert rec["slice_workers"] == 1 and rec["n_slices"] > 1
-    assert plan.predicted_peak_bytes <= limit
+    assert plan.predicted_peak_bytes == rec["predicted_peak_bytes"] <= limit * SLICE_HEADROOM
     shapes = [(bond,) * len(t) for t in eq.split("->")[0].split(",")]
-    one = contraction_workspace_bytes(eq, shapes, rec["path"], rec["slices"],
+    two = contraction_workspace_bytes(eq, shapes, rec["path"], rec["slices"],
                                       rec["slice_blocks"], "float64", 2)
-    assert one > limit      # the chosen slices, two at once
-    try:
-        _, two, _ = fit_slices(eq, shapes, default_path(eq, shapes), "float64", limit,
-                               workers=2)
-        assert two.flops > PARALLEL_FLOP_OVERHEAD * rec["flops"]
-    except GraphError:
-        pass                # no slicing runs two at once within the limit
+    assert two > limit * SLICE_HEADROOM      # the chosen slices, two at once
     inputs = network_inputs(eq, bond)
     np.testing.assert_allclose(plan(**inputs), reference(eq, inputs), rtol=1e-9)
 
@@ -295,7 +289,7 @@ def test_budget_no_slicing_can_meet_raises_at_compile_time():
         go.compile(g, backend="numpy", memory_limit=100, cache=False)
     msg = str(err.value)
     assert "op 'einsum'" in msg and "node" in msg and "memory_limit=100" in msg
-    assert "runs within 100 bytes" in msg and "the least found was" in msg
+    assert "runs within 90 bytes" in msg and "the least found was" in msg  # SLICE_HEADROOM
     assert err.value.src and "test_slicing.py" in err.value.src
 
 
