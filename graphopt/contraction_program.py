@@ -258,7 +258,7 @@ class PathContraction:
         self.equation = equation
         self.path = [tuple(p) for p in path]
         self.keep_arenas = keep_arenas
-        self._terms, self._output = split(equation)
+        self.terms, self.output = split(equation)
         self._programs: dict = {}
         self._called: dict = {}          # (shapes, byte strides, dtype) -> program
         self._idle: list = []            # arenas kept for the next calls
@@ -279,7 +279,7 @@ class PathContraction:
         key = (shapes, strides, np.dtype(dtype).str)
         prog = self._programs.get(key)
         if prog is None:
-            prog = plan_program(self._terms, self._output, self.path, shapes, dtype, strides)
+            prog = plan_program(self.terms, self.output, self.path, shapes, dtype, strides)
             self._programs[key] = prog
         return prog
 
@@ -315,7 +315,7 @@ class PathContraction:
             prog = self._called[key] = self.program(
                 key[0], dtype, [[s // dtype.itemsize for s in t] for t in key[1]])
         kept = self._checkout(prog.arena_bytes) if prog.arena_bytes else None
-        bufs = kept.places(key, prog, dtype) if kept else [None] * len(prog.steps)
+        bufs = kept.places(key, prog, dtype) if kept else None
         try:
             last = len(prog.steps) - 1
             for k, step in enumerate(prog.steps):
@@ -326,7 +326,9 @@ class PathContraction:
                 if k == last and out is not None and out.flags.c_contiguous and \
                         out.shape == step.shape and out.dtype == operands[0].dtype:
                     target = out
-                current.append(step.run(operands, target, matmul, bufs[k]))
+                buf = bufs[k] if bufs is not None else \
+                    step.buffer(kept.buffer, dtype) if kept is not None else None
+                current.append(step.run(operands, target, matmul, buf))
                 del operands   # operands outside the arena are freed here, not a step later
             res = current[0]
             if kept is not None and np.may_share_memory(res, kept.buffer):
@@ -340,21 +342,19 @@ class PathContraction:
 
 class _Arena:
     """One call's arena, and each step's place in it for the first program run on it
-    (made once: the full slices of a sliced contraction; other programs make theirs per
-    call, so that the views kept do not grow with the ragged slices' combinations)."""
+    (made once: the full slices of a sliced contraction; the ragged slices' programs make
+    each step's place as it runs, so that no list of views grows with their combinations)."""
 
     __slots__ = ("buffer", "key", "bufs")
 
     def __init__(self, buffer):
         self.buffer, self.key, self.bufs = buffer, None, None
 
-    def places(self, key, prog: Program, dtype) -> list:
-        if self.key == key:
-            return self.bufs
-        bufs = [s.buffer(self.buffer, dtype) for s in prog.steps]
+    def places(self, key, prog: Program, dtype) -> list | None:
+        """Each step's place for the program of ``key``, or None (made per step, then)."""
         if self.key is None:
-            self.key, self.bufs = key, bufs
-        return bufs
+            self.key, self.bufs = key, [s.buffer(self.buffer, dtype) for s in prog.steps]
+        return self.bufs if self.key == key else None
 
 
 @functools.lru_cache(maxsize=256)

@@ -126,7 +126,7 @@ def sliced_contract(equation: str, path, slices, arrays: Sequence[np.ndarray], o
         if res is not out:
             np.copyto(out, res, casting="unsafe")
         return out
-    terms, output = split_equation(equation)
+    terms, output = contract.terms, contract.output
     sizes = label_sizes(equation, [a.shape for a in arrays])
     blocks = [1] * len(slices) if blocks is None else list(blocks)
     pairs = [(c, b) for c, b in zip(slices, blocks) if c in sizes]
