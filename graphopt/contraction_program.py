@@ -31,7 +31,6 @@ from dataclasses import dataclass
 from typing import Callable, Sequence
 
 import numpy as np
-from numpy.lib.stride_tricks import as_strided
 
 from .einsum import evaluate, label, promote_operands, split, to_ascii
 from .gemm import BLAS_DTYPES, GemmPlan, gemm_plan, run_gemm
@@ -159,23 +158,28 @@ def _reduced_strides(shape, strides, drop) -> tuple[tuple, tuple]:
 
 def reshape_is_view(shape, strides, perm, new_shape) -> bool:
     """Whether ``a.transpose(perm).reshape(new_shape)`` is a view (else NumPy copies) for
-    ``a`` of ``shape`` and element ``strides``; NumPy's own rule, asked of a stand-in array
-    that has the strides and no memory behind them (nothing is read)."""
+    ``a`` of ``shape`` and element ``strides``: NumPy's own rule (``_attempt_nocopy_reshape``
+    for C order), on the shapes alone."""
     if 0 in shape:
         return True
-    x = as_strided(np.empty(1, np.int8), tuple(shape), tuple(strides)).transpose(perm)
-    try:
-        np.reshape(x, new_shape, copy=False)
-        return True
-    except ValueError:
-        return False
-    except TypeError:    # NumPy < 2.1: no ``copy=``; setting the shape never copies
-        y = x.view()
-        try:
-            y.shape = new_shape
-            return True
-        except AttributeError:
-            return False
+    old = [(shape[i], strides[i]) for i in perm if shape[i] != 1]
+    new = list(new_shape)
+    oi = ni = 0
+    while ni < len(new) and oi < len(old):
+        nj, oj = ni + 1, oi + 1
+        n_prod, o_prod = new[ni], old[oi][0]
+        while n_prod != o_prod:
+            if n_prod < o_prod:
+                n_prod *= new[nj]
+                nj += 1
+            else:
+                o_prod *= old[oj][0]
+                oj += 1
+        for k in range(oi, oj - 1):     # the old axes merged here must be contiguous
+            if old[k][1] != old[k + 1][0] * old[k + 1][1]:
+                return False
+        ni, oi = nj, oj
+    return True
 
 
 def _gemm_scratch(plan: GemmPlan, layouts, itemsize: int) -> tuple[int, tuple]:

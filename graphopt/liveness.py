@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import networkx as nx
+import numpy as np
 
 from . import ir
 
@@ -125,16 +126,22 @@ def assign_arena_offsets(intervals: dict, sizes: dict, inplace: dict | None = No
     overlap never share bytes; offsets are multiples of ``ALIGN``.
     """
     offsets: dict[int, int] = {}
-    placed: list[tuple[int, int, int, int]] = []  # (offset, size, first, last)
     buffers = []
     for members in buffer_groups(intervals, sizes, inplace or {}).values():
         first = min(intervals[n][0] for n in members)
         last = max(intervals[n][1] for n in members)
         buffers.append((max(sizes[n] for n in members), first, last, min(members), members))
+    # the buffers placed so far: which of them a new buffer's interval overlaps is one
+    # vectorized test over their intervals (a scan in Python was quadratic)
+    firsts = np.zeros(len(buffers), dtype=np.int64)
+    lasts = np.zeros(len(buffers), dtype=np.int64)
+    placed: list[tuple[int, int]] = []   # (offset, size)
     for size, first, last, _, members in sorted(buffers, key=lambda b: (-b[0], b[1], b[3])):
         offset = 0
         if size > 0:
-            busy = sorted((o, s) for o, s, a, b in placed if a <= last and first <= b)
+            k = len(placed)
+            live = np.flatnonzero((firsts[:k] <= last) & (lasts[:k] >= first)).tolist()
+            busy = sorted(placed[i] for i in live)
             best_gap, top = None, 0
             for o, s in busy:
                 gap = o - top
@@ -143,8 +150,9 @@ def assign_arena_offsets(intervals: dict, sizes: dict, inplace: dict | None = No
                 top = max(top, align(o + s))
             if best_gap is None:
                 offset = top
-            placed.append((offset, size, first, last))
+            firsts[k], lasts[k] = first, last
+            placed.append((offset, size))
         for n in members:
             offsets[n] = offset
-    arena = max((o + s for o, s, _, _ in placed), default=0)
+    arena = max((o + s for o, s in placed), default=0)
     return offsets, arena

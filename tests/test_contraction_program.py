@@ -194,8 +194,10 @@ def test_reshape_is_view_answers_as_numpy_does():
         a = _strided(rng, shape)
         perm = tuple(int(p) for p in rng.permutation(len(shape)))
         t = a.transpose(perm)
-        cut = int(rng.integers(0, len(shape) + 1))
-        new = (int(np.prod(t.shape[:cut])), int(np.prod(t.shape[cut:])))
+        lo, hi = sorted(int(c) for c in rng.integers(0, len(shape) + 1, size=2))
+        new = tuple(int(np.prod(t.shape[i:j])) for i, j in ((0, lo), (lo, hi), (hi, None)))
+        if rng.integers(0, 2):                  # M, K, or batch, M, K as run_gemm groups
+            new = (new[0] * new[1], new[2])
         strides = [s // 8 for s in a.strides]
         assert reshape_is_view(shape, strides, perm, new) == \
             np.shares_memory(t.reshape(new), a), (shape, a.strides, perm, new)
