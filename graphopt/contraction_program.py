@@ -5,11 +5,12 @@
 intermediate has the label order the contraction pass gives its pairwise nodes. For each
 operand-shape signature, each step is planned once:
 
-- a pairwise step on a BLAS dtype whose labels map onto a (batched) matrix product is one
-  GEMM (``gemm.gemm_plan``, run by ``gemm.run_gemm`` with the caller's ``matmul``);
-- any other step is ``np.einsum`` on the step's own equation: a trace or diagonal, a size-1
-  label broadcast against a larger one, a one-operand step, integer, bool or float16
-  operands. A step over more than two operands is ``einsum.evaluate``'s.
+- a pairwise step on a BLAS dtype whose labels map onto a (batched) matrix product that
+  sums something is one GEMM (``gemm.gemm_plan``, run by ``gemm.run_gemm`` with the
+  caller's ``matmul``);
+- any other step is ``np.einsum`` on the step's own equation: an outer or broadcast product
+  (nothing summed), a trace or diagonal, a size-1 label broadcast against a larger one, a
+  one-operand step, integer, bool or float16 operands. A step over more than two operands is ``einsum.evaluate``'s.
 
 Intermediates live in one arena whose offsets are assigned over the steps' lifetimes
 (``liveness.assign_arena_offsets``, as the memory pass assigns a plan's). Beside it a step
@@ -131,6 +132,10 @@ def _plan_step(equation: str, in_shapes: tuple, blas: bool) -> tuple[str, tuple,
     plan = None
     if blas and len(terms) == 2 and all(len(ds) == 1 for ds in dims.values()):
         plan = gemm_plan(equation, in_shapes)
+        if plan is not None and plan.bmkn[2] == 1:
+            # nothing summed: an outer or broadcast product, which np.einsum writes 3x
+            # faster than as batched GEMMs of K = 1 (128 of 64x1 @ 1x64: 0.22 vs 0.71 ms)
+            plan = None
     if plan is None and len(terms) <= 2:
         equation = to_ascii(equation)
     return equation, shape, plan
