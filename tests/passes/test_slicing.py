@@ -1,12 +1,11 @@
-"""The slicing pass and the sliced-contraction executor (graphopt/sliced_contraction.py)."""
+"""The slicing pass (graphopt/passes/slicing.py), on lattice networks whose helpers the
+slice-search, sliced-contraction and dask tests share."""
 
 import math
 
 import numpy as np
 import opt_einsum
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
 
 import graphopt as go
 from graphopt import ir
@@ -14,14 +13,8 @@ from graphopt.errors import GraphError
 from graphopt.passes import PassContext
 from graphopt.passes.contraction import label
 from graphopt.passes.slicing import SLICE_HEADROOM, slicing
-from graphopt.paths import default_path, label_sizes, play_path
-from graphopt.slice_search import find_slices, slice_cost
 from graphopt.sliced_contraction import (
     contraction_workspace_bytes,
-    parallel_workspace_bytes,
-    slice_workers,
-    sliced_contract,
-    splits_result,
 )
 
 
@@ -58,134 +51,6 @@ def network_inputs(eq: str, bond: int, seed=0) -> dict:
 
 def reference(eq: str, inputs: dict):
     return opt_einsum.contract(eq, *inputs.values(), optimize="greedy")
-
-
-# ------------------------------------------------------------------------------ finder
-
-
-def test_find_slices_meets_the_limit_and_reports_the_cost():
-    eq, bond = grid_equation(5, 5), 3
-    shapes = [(bond,) * len(t) for t in eq[:-2].split(",")]
-    sizes = label_sizes(eq, shapes)
-    path = default_path(eq, shapes)
-    terms, out = eq.split("->")[0].split(","), ""
-    unsliced = slice_cost(play_path(terms, out, path), len(terms), out, sizes, {})
-    limit = 8 * 81
-    assert unsliced.largest * 8 > limit
-    plan = find_slices(eq, sizes, path, 8, limit)
-    assert plan.labels and plan.largest_bytes <= limit
-    assert plan.n_slices == math.prod(plan.parts) > 1
-    assert plan.flops >= plan.flops_unsliced == unsliced.flops
-    again = slice_cost(play_path(terms, out, path), len(terms), out, sizes,
-                       dict(zip(plan.labels, plan.blocks)))
-    assert again.largest * 8 == plan.largest_bytes and again.flops == plan.flops
-
-
-def test_labels_present_in_every_step_are_sliced_first():
-    # 'b' is a batch label in every operand and the output: slicing it costs no FLOPs;
-    # bi,bj first makes a b*i*j intermediate 32x larger than any operand
-    eq = "bi,bj,bjk,bik->b"
-    sizes = {"b": 16, "i": 64, "j": 64, "k": 2}
-    plan = find_slices(eq, sizes, [(0, 1), (0, 1), (0, 1)], 8, 16 * 64 * 64 * 8 // 4)
-    assert plan.labels == ("b",) and plan.blocks == (4,)
-    assert plan.flops == plan.flops_unsliced
-
-
-def test_blocks_slice_large_dimensions_in_ranges():
-    # ij,kl first makes an i*j*k*l intermediate; i and l appear in every step
-    eq = "ij,jk,kl->il"
-    sizes = {"i": 64, "j": 256, "k": 256, "l": 64}
-    plan = find_slices(eq, sizes, [(0, 2), (0, 1)], 8, 256 * 256 * 8 * 4)
-    assert plan.largest_bytes <= 256 * 256 * 8 * 4
-    assert set(plan.labels) <= {"i", "l"} and max(plan.blocks) > 1  # ranges, not single values
-    assert plan.flops == plan.flops_unsliced
-
-
-def test_find_slices_bounds_intermediates_not_operands_or_the_result():
-    # operands and the result are the caller's (memory_limit does not count inputs and
-    # outputs): only the intermediate 'ab' (1600 bytes) is cut to fit 800
-    plan = find_slices("a,b,c->abc", {"a": 10, "b": 20, "c": 30}, [(0, 1), (0, 1)], 8, 800)
-    assert plan.largest_bytes <= 800 < plan.largest_unsliced_bytes == 1600
-    plan = find_slices("ab,bc,c->a", {"a": 2, "b": 20, "c": 30}, [(0, 1), (0, 1)], 8, 1000)
-    assert plan.n_slices == 1   # the intermediate 'ac' is 480 bytes; operand 'bc' is 4800
-    with pytest.raises(GraphError, match=r"intermediate 'a' stays 16 bytes with every label "
-                                         r"sliced to one index"):
-        find_slices("ab,b,a->", {"a": 10, "b": 20}, [(0, 1), (0, 1)], 16, 8)
-
-
-# ---------------------------------------------------------------------------- executor
-
-
-@st.composite
-def sliced_problems(draw):
-    """An explicit IR equation (repeated labels allowed), its arrays, a path and slices."""
-    n = draw(st.integers(1, 4))
-    pool = "abcdef"[:draw(st.integers(1, 6))]
-    size = {c: draw(st.integers(1, 5)) for c in pool}
-    terms = ["".join(draw(st.lists(st.sampled_from(pool), max_size=3))) for _ in range(n)]
-    used = list(dict.fromkeys("".join(terms)))
-    out = "".join(draw(st.permutations([c for c in used if draw(st.booleans())])))
-    eq = ",".join(terms) + "->" + out
-    rng = np.random.default_rng(draw(st.integers(0, 2**16)))
-    arrays = [rng.standard_normal([size[c] for c in t]) for t in terms]
-    path = [tuple(range(n))] if n <= 2 else default_path(eq, [a.shape for a in arrays])
-    slices = draw(st.lists(st.sampled_from(used), unique=True)) if used else []
-    blocks = [draw(st.integers(1, size[c])) for c in slices]
-    return eq, arrays, path, slices, blocks
-
-
-@given(sliced_problems())
-def test_sliced_contract_equals_einsum(problem):
-    eq, arrays, path, slices, blocks = problem
-    expected = np.einsum(eq, *arrays)
-    got = sliced_contract(eq, path, slices, arrays, blocks=blocks)
-    np.testing.assert_allclose(got, expected, rtol=1e-10, atol=1e-10)
-    out = np.full(expected.shape, np.nan)
-    assert sliced_contract(eq, path, slices, arrays, out=out, blocks=blocks) is out
-    np.testing.assert_allclose(out, expected, rtol=1e-10, atol=1e-10)
-
-
-@given(sliced_problems(), st.integers(2, 4))
-def test_slices_run_at_once_give_the_same_result(problem, workers):
-    eq, arrays, path, slices, blocks = problem
-    one = sliced_contract(eq, path, slices, arrays, blocks=blocks)
-    got = sliced_contract(eq, path, slices, arrays, blocks=blocks, workers=workers)
-    np.testing.assert_allclose(got, one, rtol=1e-10, atol=1e-10)
-    again = sliced_contract(eq, path, slices, arrays, blocks=blocks, workers=workers)
-    np.testing.assert_array_equal(again, got)    # partial sums added in worker order
-
-
-@pytest.mark.parametrize("slices,blocks", [(["i"], [8]), (["a"], [4]), (["i", "a"], [16, 8])])
-def test_parallel_slices_over_output_summed_and_both_labels(slices, blocks):
-    rng = np.random.default_rng(3)
-    x, y, z = rng.standard_normal((64, 16)), rng.standard_normal((64, 16)), \
-        rng.standard_normal((16, 16))
-    eq = "ia,ib,ab->i"
-    got = sliced_contract(eq, None, slices, [x, y, z], blocks=blocks, workers=2)
-    np.testing.assert_allclose(got, np.einsum(eq, x, y, z), rtol=1e-12)
-
-
-def test_slice_workers_fit_the_limit_with_the_partial_sums():
-    assert slice_workers(16, True, 100, 1000, None, 4) == 4
-    assert slice_workers(3, True, 100, 1000, None, 4) == 3       # no more than the slices
-    assert slice_workers(16, True, 100, 1000, 250, 4) == 2       # 2 x 100 <= 250
-    assert slice_workers(16, False, 100, 1000, 1300, 4) == 2     # 2 x 100 + 1 x 1000
-    assert slice_workers(16, False, 100, 1000, 1000, 4) == 1
-    assert parallel_workspace_bytes(3, False, 100, 1000) == 3 * 100 + 2 * 1000
-    sizes = {"i": 8, "a": 4, "b": 4}
-    assert splits_result("ia,ib->i", sizes, ["i"], [4])
-    assert not splits_result("ia,ib->i", sizes, ["i"], [8])     # one range: no regions
-    assert not splits_result("ia,ib->i", sizes, ["a"], None)    # summed labels only
-
-
-def test_sliced_contract_empty_sum_and_unicode_labels():
-    a, b = np.ones((3, 0)), np.ones((0, 2))
-    np.testing.assert_array_equal(sliced_contract("ab,bc->ac", None, ["b"], [a, b]),
-                                  np.zeros((3, 2)))
-    rng = np.random.default_rng(1)
-    x, y, z = (rng.standard_normal(s) for s in ((3, 4), (4, 5), (5, 3)))
-    got = sliced_contract("αβ,βγ,γα->α", [(0, 1), (0, 1)], ["β", "γ"], [x, y, z], blocks=[2, 3])
-    np.testing.assert_allclose(got, np.einsum("ab,bc,ca->a", x, y, z), rtol=1e-12)
 
 
 # -------------------------------------------------------------------------------- pass
@@ -312,17 +177,3 @@ def test_pipeline_runs_slicing_after_contraction():
     for level in (2, 3):
         names = pipeline_for(level)
         assert names.index("slicing") == names.index("contraction") + 1
-
-
-@pytest.mark.parametrize("blocks", [[1], [2], [3], [4]])
-def test_a_sliced_label_that_broadcasts_from_size_one_is_read_whole(blocks):
-    # 'b' is 4 on the first operand and 1 (broadcast) on the second: every slice of b reads
-    # the second operand's one row, as np.einsum broadcasts it
-    rng = np.random.default_rng(0)
-    a, b, c = rng.normal(size=(3, 4)), rng.normal(size=(1, 5)), rng.normal(size=(5, 2))
-    eq = "ab,bc,cd->ad"
-    assert label_sizes(eq, [a.shape, b.shape, c.shape])["b"] == 4
-    got = sliced_contract(eq, [(0, 1), (0, 1)], ["b"], [a, b, c], blocks=blocks)
-    np.testing.assert_allclose(got, np.einsum(eq, a, b, c), rtol=1e-12)
-    got = sliced_contract("ab,bc,cd->bd", [(0, 1), (0, 1)], ["b"], [a, b, c], blocks=blocks)
-    np.testing.assert_allclose(got, np.einsum("ab,bc,cd->bd", a, b, c), rtol=1e-12)
