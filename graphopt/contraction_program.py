@@ -10,7 +10,8 @@ operand-shape signature, each step is planned once:
   caller's ``matmul``);
 - any other step is ``np.einsum`` on the step's own equation: an outer or broadcast product
   (nothing summed), a trace or diagonal, a size-1 label broadcast against a larger one, a
-  one-operand step, integer, bool or float16 operands. A step over more than two operands is ``einsum.evaluate``'s.
+  one-operand step, integer, bool or float16 operands. A step over more than two operands
+  is ``einsum.evaluate``'s.
 
 Intermediates live in one arena whose offsets are assigned over the steps' lifetimes
 (``liveness.assign_arena_offsets``, as the memory pass assigns a plan's). Beside it a step

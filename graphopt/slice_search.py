@@ -257,39 +257,57 @@ MAX_FLOP_OVERHEAD = 1000.0
 
 
 def fit_slices(equation: str, shapes, path, dtype, budget: int, optimize="greedy",
-               workers: int = 1, operand_dtypes=None) -> tuple[list, SlicePlan, int]:
-    """Slices of ``equation`` (and a path searched again for them, ``slice_and_repath``)
-    whose run with ``workers`` slices at once allocates at most ``budget`` bytes beside its
-    operands and result (``sliced_contraction.contraction_workspace_bytes``), as
-    ``(path, plan, workspace bytes)``. Each intermediate is first bounded by ``budget /
-    workers``; the bound tightens until the workspace, which also holds the arena's other
-    live intermediates and the steps' operand copies, fits, and ``EXTRA_ROUNDS`` tighter
-    bounds after that are tried too (a tighter bound can find a cheaper path): the fewest
-    FLOPs that fit win. Raises ``GraphError`` with the numbers where no slicing fits within
-    ``MAX_FLOP_OVERHEAD`` times the FLOPs."""
+               workers: int = 1, operand_dtypes=None,
+               repath: bool = True) -> tuple[list, SlicePlan, int]:
+    """Slices of ``equation`` along ``path`` whose run with ``workers`` slices at once
+    allocates at most ``budget`` bytes beside its operands and result
+    (``sliced_contraction.contraction_workspace_bytes``), as ``(path, plan, workspace
+    bytes)``. Each intermediate is first bounded by ``budget / workers``; the bound tightens
+    until the workspace, which also holds the arena's other live intermediates and the
+    steps' operand copies, fits, and ``EXTRA_ROUNDS`` tighter bounds after that are tried
+    too; the fewest FLOPs that fit win. With ``repath``, the path is then searched again
+    once for the sliced sizes at that bound (``slice_and_repath`` with one round:
+    ``optimize``, which may be a costly search, runs there only, once) and kept where it
+    fits with fewer FLOPs. Raises
+    ``GraphError`` with the numbers where no slicing fits within ``MAX_FLOP_OVERHEAD`` times
+    the FLOPs."""
     sizes = label_sizes(equation, shapes)
     itemsize = np.dtype(dtype).itemsize
-    bound, least, fewest, best = budget // max(1, workers), None, "", None
+    bound, least, fewest, best, fit_bound = budget // max(1, workers), None, "", None, None
+
+    def workspace(p, plan) -> int:
+        return contraction_workspace_bytes(equation, shapes, p, plan.labels, plan.blocks,
+                                           dtype, workers, operand_dtypes)
+
     extra = EXTRA_ROUNDS
     for _ in range(FIT_ROUNDS):
         if bound < itemsize or extra < 0:
             break
         try:
-            p, plan = slice_and_repath(equation, sizes, path, itemsize, bound, optimize)
+            plan = find_slices(equation, sizes, path, itemsize, bound)
         except GraphError:
             break
         if plan.flop_overhead > MAX_FLOP_OVERHEAD:
             fewest = f"{fewest}; slicing further costs {plan.flop_overhead:.3g}x the FLOPs"
             break
-        ws = contraction_workspace_bytes(equation, shapes, p, plan.labels, plan.blocks, dtype,
-                                         workers, operand_dtypes)
+        ws = workspace(path, plan)
         if ws <= budget:
             if best is None or plan.flops < best[1].flops:
-                best = (p, plan, ws)
+                best, fit_bound = (list(path), plan, ws), bound
             extra -= 1
         elif least is None or ws < least:
             least, fewest = ws, f"; the least found was {ws} bytes"
         bound = min(int(bound * TIGHTEN), int(bound * budget / ws))
+    if repath and (fit_bound or bound) >= itemsize:
+        try:
+            p, plan = slice_and_repath(equation, sizes, path, itemsize, fit_bound or bound,
+                                       optimize, rounds=1)
+            ws = workspace(p, plan)
+            if ws <= budget and plan.flop_overhead <= MAX_FLOP_OVERHEAD and \
+                    (best is None or plan.flops < best[1].flops):
+                best = (p, plan, ws)
+        except GraphError:
+            pass
     if best is not None:
         return best
     raise GraphError(f"no slicing of {abbreviate(equation)} runs within {budget} bytes "

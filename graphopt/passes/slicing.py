@@ -108,8 +108,10 @@ def _slice_node(G, n, limit: int, optimize, budget: int = 1) -> dict | None:
     workers = _workers(eq, shapes, new_path, plan, dtype, dtypes, share, budget)
     if budget > 1 and workers < budget:
         try:
-            path_p, plan_p, _ = fit_slices(eq, shapes, path, dtype, share, optimize, budget,
-                                           dtypes)
+            # along the path just chosen: the path search (``optimize``, possibly a costly
+            # search the user passed) runs once per node
+            path_p, plan_p, _ = fit_slices(eq, shapes, new_path, dtype, share, optimize,
+                                           budget, dtypes, repath=False)
         except GraphError:      # no slicing runs ``budget`` slices at once within the share
             plan_p = None
         if plan_p is not None and plan_p.flops <= PARALLEL_FLOP_OVERHEAD * plan.flops:

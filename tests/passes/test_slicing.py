@@ -177,3 +177,23 @@ def test_pipeline_runs_slicing_after_contraction():
     for level in (2, 3):
         names = pipeline_for(level)
         assert names.index("slicing") == names.index("contraction") + 1
+
+
+def test_a_costly_path_search_runs_a_bounded_number_of_times_under_a_limit():
+    # a user's optimizer (here counting its calls, greedy inside) runs twice in the
+    # contraction pass (unconstrained, then under the limit) and once in the slicing pass,
+    # however many bounds the slicing tries, slices for two threads included
+    calls = []
+
+    class Counted(opt_einsum.paths.PathOptimizer):
+        def __call__(self, inputs, output, size_dict, memory_limit=None):
+            calls.append(len(inputs))
+            return opt_einsum.paths.greedy(inputs, output, size_dict)
+
+    eq, bond = grid_equation(4, 5), 8
+    g = network_graph(eq, bond)
+    whole = go.compile(g, backend="numpy", cache=False).predicted_peak_bytes
+    plan = go.compile(g, backend="numpy", memory_limit=whole // 4, optimize=Counted(),
+                      threads=2, cache=False)
+    assert plan.report["slicing"].details["n_slices"] > 1
+    assert len(calls) == 3, calls
