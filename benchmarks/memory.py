@@ -18,13 +18,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
 import sys
-import tempfile
 
 from .networks import INSTANCES
-from .run import _pin_to_one_core
+from .run import _pin_to_one_core, rows_per_mode
 
 WORKLOADS = ("mlp", "attention", "elementwise", "mps_ring")
 
@@ -101,16 +98,10 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     fractions = [float(x) for x in args.fractions.split(",") if x]
     if args.mode == "both":
-        results = {}
-        for mode in ("pinned", "default"):
-            with tempfile.NamedTemporaryFile(suffix=".json") as f:
-                rc = subprocess.run([sys.executable, "-m", "benchmarks.memory", "--mode", mode,
-                                     "--instances", args.instances, "--fractions",
-                                     args.fractions, "--json", f.name],
-                                    cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-                if rc.returncode:
-                    return rc.returncode
-                results[mode] = json.load(open(f.name))
+        results = rows_per_mode("benchmarks.memory", ["--instances", args.instances,
+                                                       "--fractions", args.fractions])
+        if isinstance(results, int):
+            return results
         for mode, rows in results.items():
             print(f"\n{mode} ({'one core' if mode == 'pinned' else 'default threads'}):\n"
                   f"{table(rows)}")

@@ -29,13 +29,12 @@ import json
 import math
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 import warnings
 
-from .run import _pin_to_one_core
+from .run import _pin_to_one_core, rows_per_mode
 
 # --------------------------------------------------------------------------- the instances
 
@@ -277,17 +276,10 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     args.instances = args.instances.split(",")
     if args.mode == "both":
-        results = {}
-        for mode in ("pinned", "default"):
-            with tempfile.NamedTemporaryFile(suffix=".json") as f:
-                print(f"\n######## {mode}", flush=True)
-                rc = subprocess.run([sys.executable, "-m", "benchmarks.networks", "--mode", mode,
-                                     "--budget", str(args.budget), "--instances",
-                                     ",".join(args.instances), "--json", f.name],
-                                    cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-                if rc.returncode:
-                    return rc.returncode
-                results[mode] = json.load(open(f.name))
+        results = rows_per_mode("benchmarks.networks", ["--budget", str(args.budget),
+                                                         "--instances", ",".join(args.instances)])
+        if isinstance(results, int):
+            return results
         for mode, rows in results.items():
             print(f"\n{mode} ({'one core' if mode == 'pinned' else 'default threads'}), "
                   f"budget {args.budget} s:\n{table(rows)}")

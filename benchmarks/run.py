@@ -111,6 +111,26 @@ def _pin_to_one_core() -> None:
     _set_threads(1)
 
 
+def rows_per_mode(module: str, child_args: list[str]) -> dict | int:
+    """Run ``python -m module *child_args --mode M --json F`` once pinned to one core and once
+    at the libraries' defaults, each in its own process: ``{mode: rows}``, or the child's
+    exit status where one failed."""
+    import tempfile
+
+    results = {}
+    for mode in ("pinned", "default"):
+        with tempfile.NamedTemporaryFile(suffix=".json") as f:
+            print(f"\n######## {mode}", flush=True)
+            rc = subprocess.run([sys.executable, "-m", module, *child_args, "--mode", mode,
+                                 "--json", f.name],
+                                cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+            if rc.returncode:
+                return rc.returncode
+            with open(f.name) as g:
+                results[mode] = json.load(g)
+    return results
+
+
 def run_modes(argv: list[str], args) -> int:
     """One child process per mode; merge their JSON, print both tables and the speedups."""
     import tempfile
