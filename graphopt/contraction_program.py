@@ -19,9 +19,9 @@ may allocate scratch: ``run_gemm``'s pre-summed operands, the copies it makes of
 whose matrix is not a view (known exactly at planning, from the operands' strides: inputs
 and slice views as given, GEMM products kept as permuted views), and a product written
 before it is permuted into ``out``. ``Program.peak_bytes`` is the arena plus the largest
-step's scratch and the call's Python objects: what a call allocates at once, as
-``tracemalloc`` measures it. The last
-result is the caller's ``out`` or a new array, never the arena.
+step's scratch (``gemm.operand_scratch``) and the call's Python objects: what a call
+allocates at once, as ``tracemalloc`` measures it. The last result is the caller's ``out``
+or a new array, never the arena.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from .einsum import evaluate, label, promote_operands, split, to_ascii
-from .gemm import BLAS_DTYPES, GemmPlan, gemm_plan, run_gemm
+from .gemm import BLAS_DTYPES, GemmPlan, c_strides, gemm_plan, operand_scratch, run_gemm
 from .liveness import assign_arena_offsets
 from .paths import play_path
 
@@ -142,72 +142,6 @@ def _plan_step(equation: str, in_shapes: tuple, blas: bool) -> tuple[str, tuple,
     return equation, shape, plan
 
 
-def c_strides(shape) -> tuple[int, ...]:
-    """Element strides of a C-contiguous array of ``shape``."""
-    strides, acc = [0] * len(shape), 1
-    for i in reversed(range(len(shape))):
-        strides[i], acc = acc, acc * shape[i]
-    return tuple(strides)
-
-
-def _reduced_strides(shape, strides, drop) -> tuple[tuple, tuple]:
-    """Shape and element strides of ``a.sum(axis=drop)`` for ``a`` of ``shape``/``strides``:
-    NumPy lays a reduction out in its operand's stride order."""
-    kept = [i for i in range(len(shape)) if i not in drop]
-    new_shape = tuple(shape[i] for i in kept)
-    order = sorted(range(len(kept)), key=lambda j: -strides[kept[j]])
-    out, acc = [0] * len(kept), 1
-    for j in reversed(order):
-        out[j], acc = acc, acc * new_shape[j]
-    return new_shape, tuple(out)
-
-
-def reshape_is_view(shape, strides, perm, new_shape) -> bool:
-    """Whether ``a.transpose(perm).reshape(new_shape)`` is a view (else NumPy copies) for
-    ``a`` of ``shape`` and element ``strides``: NumPy's own rule (``_attempt_nocopy_reshape``
-    for C order), on the shapes alone."""
-    if 0 in shape:
-        return True
-    old = [(shape[i], strides[i]) for i in perm if shape[i] != 1]
-    new = list(new_shape)
-    oi = ni = 0
-    while ni < len(new) and oi < len(old):
-        nj, oj = ni + 1, oi + 1
-        n_prod, o_prod = new[ni], old[oi][0]
-        while n_prod != o_prod:
-            if n_prod < o_prod:
-                n_prod *= new[nj]
-                nj += 1
-            else:
-                o_prod *= old[oj][0]
-                oj += 1
-        for k in range(oi, oj - 1):     # the old axes merged here must be contiguous
-            if old[k][1] != old[k + 1][0] * old[k + 1][1]:
-                return False
-        ni, oi = nj, oj
-    return True
-
-
-def _gemm_scratch(plan: GemmPlan, layouts, itemsize: int) -> tuple[int, tuple]:
-    """``(bytes run_gemm allocates for its operands, the product's element strides in the
-    result's label order)`` for operands of ``layouts`` (shape, element strides)."""
-    a, b = (layouts[1], layouts[0]) if plan.swapped else layouts
-    B, M, K, N = plan.bmkn
-    lead = (B,) if B != 1 else ()
-    held = 0
-    for (shape, strides), drop, perm, groups in ((a, plan.sum_a, plan.perm_a, lead + (M, K)),
-                                                 (b, plan.sum_b, plan.perm_b, lead + (K, N))):
-        if drop:
-            shape, strides = _reduced_strides(shape, strides, drop)
-            held += math.prod(shape) * itemsize
-        if not reshape_is_view(shape, strides, perm, groups):
-            held += math.prod(shape) * itemsize
-    strides = c_strides(plan.res_shape)
-    if plan.out_perm is not None:
-        strides = tuple(strides[i] for i in plan.out_perm)
-    return held, strides
-
-
 def plan_program(terms: Sequence[str], output: str, path, shapes, dtype,
                  strides=None) -> Program:
     """The steps of ``terms -> output`` along ``path`` for operands of ``shapes`` and
@@ -234,7 +168,7 @@ def plan_program(terms: Sequence[str], output: str, path, shapes, dtype,
         eq, shape, plan = _plan_step(_step_equation(picked, result), in_shapes, blas)
         nbytes = math.prod(shape) * itemsize
         if plan is not None:
-            held, res_strides = _gemm_scratch(plan, in_layouts, itemsize)
+            held, res_strides = operand_scratch(plan, in_layouts, itemsize)
             # into ``out``: a product to permute is written beside it first
             scratch = held + (nbytes if k == last and plan.out_perm is not None else 0)
             scratch_new = held + nbytes

@@ -108,7 +108,8 @@ def _operand_matrices(p: GemmPlan, shapes) -> list[tuple[tuple, bool, bool]]:
 
 def transpose_copy_bytes(p: GemmPlan, shapes, itemsize: int) -> int:
     """Bytes read and written by the copies ``run_gemm`` makes (operands whose transposed
-    matrix is not a free view, and a result that needs its axes permuted)."""
+    matrix is not a free view, and a result that needs its axes permuted): the cost model's
+    count, strict about BLAS-ready matrices."""
     B, M, _, N = p.bmkn
     copy = sum(2 * math.prod(kept) * itemsize
                for kept, _, free in _operand_matrices(p, shapes) if not free)
@@ -116,12 +117,78 @@ def transpose_copy_bytes(p: GemmPlan, shapes, itemsize: int) -> int:
 
 
 def gemm_workspace_bytes(p: GemmPlan, shapes, itemsize: int) -> int:
-    """Bytes ``run_gemm`` holds at once beside ``out``: pre-summed operands, operand copies
-    where the transposed matrix is not a free view, and the unpermuted result."""
+    """Bytes ``run_gemm`` allocates at once beside ``out`` for C-contiguous operands of
+    ``shapes``: ``operand_scratch``, and the unpermuted result where it is permuted into
+    ``out``."""
     B, M, _, N = p.bmkn
-    held = sum(math.prod(kept) * itemsize * (summed + (not free))
-               for kept, summed, free in _operand_matrices(p, shapes))
+    held, _ = operand_scratch(p, [(tuple(s), c_strides(s)) for s in shapes], itemsize)
     return held + (B * M * N * itemsize if p.out_perm is not None else 0)
+
+
+def c_strides(shape) -> tuple[int, ...]:
+    """Element strides of a C-contiguous array of ``shape``."""
+    strides, acc = [0] * len(shape), 1
+    for i in reversed(range(len(shape))):
+        strides[i], acc = acc, acc * shape[i]
+    return tuple(strides)
+
+
+def _reduced_strides(shape, strides, drop) -> tuple[tuple, tuple]:
+    """Shape and element strides of ``a.sum(axis=drop)`` for ``a`` of ``shape``/``strides``:
+    NumPy lays a reduction out in its operand's stride order."""
+    kept = [i for i in range(len(shape)) if i not in drop]
+    new_shape = tuple(shape[i] for i in kept)
+    order = sorted(range(len(kept)), key=lambda j: -strides[kept[j]])
+    out, acc = [0] * len(kept), 1
+    for j in reversed(order):
+        out[j], acc = acc, acc * new_shape[j]
+    return new_shape, tuple(out)
+
+
+def reshape_is_view(shape, strides, perm, new_shape) -> bool:
+    """Whether ``a.transpose(perm).reshape(new_shape)`` is a view (else NumPy copies) for
+    ``a`` of ``shape`` and element ``strides``: NumPy's own rule (``_attempt_nocopy_reshape``
+    for C order), on the shapes alone."""
+    if 0 in shape:
+        return True
+    old = [(shape[i], strides[i]) for i in perm if shape[i] != 1]
+    new = list(new_shape)
+    oi = ni = 0
+    while ni < len(new) and oi < len(old):
+        nj, oj = ni + 1, oi + 1
+        n_prod, o_prod = new[ni], old[oi][0]
+        while n_prod != o_prod:
+            if n_prod < o_prod:
+                n_prod *= new[nj]
+                nj += 1
+            else:
+                o_prod *= old[oj][0]
+                oj += 1
+        for k in range(oi, oj - 1):     # the old axes merged here must be contiguous
+            if old[k][1] != old[k + 1][0] * old[k + 1][1]:
+                return False
+        ni, oi = nj, oj
+    return True
+
+
+def operand_scratch(plan: GemmPlan, layouts, itemsize: int) -> tuple[int, tuple]:
+    """``(bytes run_gemm allocates for its operands, the product's element strides in the
+    result's label order)`` for operands of ``layouts`` (shape, element strides)."""
+    a, b = (layouts[1], layouts[0]) if plan.swapped else layouts
+    B, M, K, N = plan.bmkn
+    lead = (B,) if B != 1 else ()
+    held = 0
+    for (shape, strides), drop, perm, groups in ((a, plan.sum_a, plan.perm_a, lead + (M, K)),
+                                                 (b, plan.sum_b, plan.perm_b, lead + (K, N))):
+        if drop:
+            shape, strides = _reduced_strides(shape, strides, drop)
+            held += math.prod(shape) * itemsize
+        if not reshape_is_view(shape, strides, perm, groups):
+            held += math.prod(shape) * itemsize
+    strides = c_strides(plan.res_shape)
+    if plan.out_perm is not None:
+        strides = tuple(strides[i] for i in plan.out_perm)
+    return held, strides
 
 
 def view_is_free(shape, perm, groups) -> bool:

@@ -9,13 +9,9 @@ import opt_einsum
 import pytest
 from opt_einsum.testing import rand_equation
 
-from graphopt.contraction_program import (
-    PathContraction,
-    _reduced_strides,
-    plan_program,
-    reshape_is_view,
-)
+from graphopt.contraction_program import PathContraction, plan_program
 from graphopt.einsum import split
+from graphopt.gemm import _reduced_strides, reshape_is_view
 
 
 def _arrays(shapes, dtype, seed):
