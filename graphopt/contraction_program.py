@@ -95,6 +95,9 @@ class Program:
 
     steps: tuple[ProgramStep, ...]
     arena_bytes: int
+    # labels of size 1 are dropped before planning (``squeeze_ones``): the operands' shapes
+    # without them and the result's whole shape, or None where no label is of size 1
+    squeeze: tuple[tuple, tuple] | None = None
 
     def peak_bytes(self, into_out: bool = True) -> int:
         """What one call allocates at once: the arena, the largest step's scratch (the last
@@ -140,6 +143,28 @@ def _plan_step(equation: str, in_shapes: tuple, blas: bool) -> tuple[str, tuple,
     if plan is None and len(terms) <= 2:
         equation = to_ascii(equation)
     return equation, shape, plan
+
+
+def squeeze_ones(terms: Sequence[str], output: str, shapes, strides):
+    """``(terms, output, shapes, strides, the result's shape)`` without the labels whose
+    size is 1 on every operand, or None where there is none. An index that takes one value
+    changes no value, and dropping it keeps every intermediate a feasible contraction makes
+    within NumPy's 64 dimensions. A label of size 1 on one operand and n on another
+    broadcasts: kept."""
+    sizes: dict = {}
+    for t, sh in zip(terms, shapes):
+        for c, d in zip(t, sh):
+            if sizes.get(c, 1) == 1:
+                sizes[c] = d
+    ones = {c for c, d in sizes.items() if d == 1}
+    if not ones:
+        return None
+    keep = [[j for j, c in enumerate(t) if c not in ones] for t in terms]
+    return ([''.join(t[j] for j in k) for t, k in zip(terms, keep)],
+            ''.join(c for c in output if c not in ones),
+            [tuple(sh[j] for j in k) for sh, k in zip(shapes, keep)],
+            [tuple(st[j] for j in k) for st, k in zip(strides, keep)],
+            tuple(sizes[c] for c in output))
 
 
 def plan_program(terms: Sequence[str], output: str, path, shapes, dtype,
@@ -223,7 +248,13 @@ class PathContraction:
         key = (shapes, strides, np.dtype(dtype).str)
         prog = self._programs.get(key)
         if prog is None:
-            prog = plan_program(self.terms, self.output, self.path, shapes, dtype, strides)
+            squeezed = squeeze_ones(self.terms, self.output, shapes, strides)
+            if squeezed is None:
+                prog = plan_program(self.terms, self.output, self.path, shapes, dtype, strides)
+            else:
+                terms, output, in_shapes, in_strides, out_shape = squeezed
+                prog = plan_program(terms, output, self.path, in_shapes, dtype, in_strides)
+                prog = Program(prog.steps, prog.arena_bytes, (tuple(in_shapes), out_shape))
             self._programs[key] = prog
         return prog
 
@@ -258,6 +289,11 @@ class PathContraction:
         if prog is None:
             prog = self._called[key] = self.program(
                 key[0], dtype, [[s // dtype.itemsize for s in t] for t in key[1]])
+        into = out
+        if prog.squeeze is not None:      # views: only dims of size 1 go
+            current = [a.reshape(s) for a, s in zip(current, prog.squeeze[0])]
+            if out is not None and out.flags.c_contiguous and out.shape == prog.squeeze[1]:
+                into = out.reshape(prog.steps[-1].shape)
         kept = self._checkout(prog.arena_bytes) if prog.arena_bytes else None
         bufs = kept.places(key, prog, dtype) if kept else None
         try:
@@ -267,9 +303,9 @@ class PathContraction:
                 for i in reversed(step.positions):
                     del current[i]
                 target = None
-                if k == last and out is not None and out.flags.c_contiguous and \
-                        out.shape == step.shape and out.dtype == operands[0].dtype:
-                    target = out
+                if k == last and into is not None and into.flags.c_contiguous and \
+                        into.shape == step.shape and into.dtype == operands[0].dtype:
+                    target = into
                 buf = bufs[k] if bufs is not None else \
                     step.buffer(kept.buffer, dtype) if kept is not None else None
                 current.append(step.run(operands, target, matmul, buf))
@@ -277,6 +313,9 @@ class PathContraction:
             res = current[0]
             if kept is not None and np.may_share_memory(res, kept.buffer):
                 res = res.copy()  # a last step that only permutes an intermediate: a view
+            if prog.squeeze is not None:
+                res = out if res is into and into is not out else \
+                    res.reshape(prog.squeeze[1])
         finally:
             if kept is not None and self.keep_arenas:
                 with self._lock:

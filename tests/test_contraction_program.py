@@ -244,3 +244,31 @@ def test_a_call_allocates_what_its_program_predicts(seed):
     got = _measured(pc, arrays, out)
     assert abs(got - prog.peak_bytes()) <= 0.1 * prog.peak_bytes(), (got, prog.peak_bytes())
     np.testing.assert_allclose(out, opt_einsum.contract(eq, *arrays, optimize=path), rtol=1e-9)
+
+
+def test_labels_of_size_one_are_dropped_so_intermediates_stay_within_numpy_s_dims():
+    # two operands of 40 size-1 labels each and no shared one: their outer product along
+    # this path is an 80-dimensional intermediate, which NumPy cannot make; a label that
+    # takes one value changes no value, so the program contracts without it
+    from opt_einsum import get_symbol
+
+    a = "".join(get_symbol(i) for i in range(40))
+    b = "".join(get_symbol(40 + i) for i in range(40))
+    x, y, z = get_symbol(100), get_symbol(101), get_symbol(102)
+    eq = f"{a}{x},{b}{y},{x}{y}{z},{a[:3]}->{z}{a[:2]}"
+    shapes = [(1,) * 40 + (3,), (1,) * 40 + (4,), (3, 4, 5), (1, 1, 1)]
+    arrays = _arrays(shapes, "float64", 7)
+    pc = PathContraction(eq, [(0, 1), (0, 1), (0, 1)])
+    got = pc(*arrays)
+    squeezed = [v.reshape([d for d in v.shape if d != 1]) for v in arrays]
+    want = np.einsum("x,y,xyz->z", *squeezed[:3]) * arrays[3].item()
+    assert got.shape == (5, 1, 1)
+    np.testing.assert_allclose(got.reshape(5), want, rtol=1e-12)
+    out = np.full((5, 1, 1), np.nan)
+    assert pc(*arrays, out=out) is out
+    np.testing.assert_allclose(out.reshape(5), want, rtol=1e-12)
+    # a label of size 1 on one operand and 4 on another broadcasts: kept
+    eq2, s2 = "ab,bc,cd->ad", [(3, 1), (4, 5), (5, 2)]
+    arrays2 = _arrays(s2, "float64", 8)
+    got2 = PathContraction(eq2, [(0, 1), (0, 1)])(*arrays2)
+    np.testing.assert_allclose(got2, np.einsum(eq2, *arrays2), rtol=1e-12)
