@@ -37,7 +37,7 @@ import numpy as np
 from .einsum import evaluate, label, promote_operands, split, to_ascii
 from .gemm import BLAS_DTYPES, GemmPlan, c_strides, gemm_plan, operand_scratch, run_gemm
 from .liveness import assign_arena_offsets
-from .paths import play_path
+from .paths import label_sizes, play_path
 
 # The Python objects a call holds per step while it runs: the view of the step's place in
 # the arena (kept with the arena), the views a GEMM makes of its operands and product, the
@@ -151,11 +151,7 @@ def squeeze_ones(terms: Sequence[str], output: str, shapes, strides):
     changes no value, and dropping it keeps every intermediate a feasible contraction makes
     within NumPy's 64 dimensions. A label of size 1 on one operand and n on another
     broadcasts: kept."""
-    sizes: dict = {}
-    for t, sh in zip(terms, shapes):
-        for c, d in zip(t, sh):
-            if sizes.get(c, 1) == 1:
-                sizes[c] = d
+    sizes = label_sizes(",".join(terms) + "->" + output, shapes)
     ones = {c for c, d in sizes.items() if d == 1}
     if not ones:
         return None

@@ -47,9 +47,7 @@ def run_graph(G: nx.MultiDiGraph, inputs: Sequence[np.ndarray]) -> list[np.ndarr
     if len(inputs) != len(ins):
         raise GraphError(f"graph takes {len(ins)} inputs, got {len(inputs)}")
     order = execution_order(G)
-    remaining = {n: G.out_degree(n) for n in G}
-    for o in G.graph["outputs"]:
-        remaining[o] += 1
+    remaining = _uses(G)
     env: dict[int, np.ndarray] = {}
     for nid, arr in zip(ins, inputs):
         env[nid] = np.asarray(arr)
@@ -63,22 +61,37 @@ def run_graph(G: nx.MultiDiGraph, inputs: Sequence[np.ndarray]) -> list[np.ndarr
     return [env[o] for o in G.graph["outputs"]]
 
 
+def _uses(G: nx.MultiDiGraph) -> dict[int, int]:
+    """Per node, the reads that keep its value alive in ``run_graph`` (an output: one more,
+    to the end)."""
+    remaining = {n: G.out_degree(n) for n in G}
+    for o in G.graph["outputs"]:
+        remaining[o] += 1
+    return remaining
+
+
+def node_peak_bytes(G: nx.MultiDiGraph, n: int) -> int:
+    """Bytes ``eval_node`` holds at once for node ``n`` (its result included): a fused
+    node's body values (``run_graph_peak_bytes``), else what the op's NumPy form holds
+    (``ops.impl_peak_bytes``)."""
+    d = G.nodes[n]
+    if d["op"] == ops.FUSED:
+        return run_graph_peak_bytes(d["attrs"]["graph"])
+    us = ir.operands(G, n)
+    return ops.impl_peak_bytes(d["op"], d["shape"], G.nodes[us[0]]["dtype"] if us
+                               else d["dtype"], d["dtype"])
+
+
 def run_graph_peak_bytes(G: nx.MultiDiGraph) -> int:
     """The most bytes of computed values ``run_graph`` holds at once on ``G``: each value
     from its evaluation to its last use (outputs to the end), and while an op runs the
     arrays its NumPy form holds (``ops.impl_peak_bytes``); inputs and constants not counted,
     a value NumPy returns as a view counted as new (an upper bound)."""
-    remaining = {n: G.out_degree(n) for n in G}
-    for o in G.graph["outputs"]:
-        remaining[o] += 1
+    remaining = _uses(G)
     live = peak = 0
     for n in execution_order(G):
-        d = G.nodes[n]
-        if d["op"] not in ("input", "const"):
-            us = ir.operands(G, n)
-            held = ops.impl_peak_bytes(d["op"], d["shape"], G.nodes[us[0]]["dtype"] if us
-                                       else d["dtype"], d["dtype"])
-            peak = max(peak, live + held)
+        if G.nodes[n]["op"] not in ("input", "const"):
+            peak = max(peak, live + node_peak_bytes(G, n))
             live += ir.nbytes(G, n)
         for u in ir.operands(G, n):
             remaining[u] -= 1

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import ir, ops, threads
-from ..interpreter import eval_node, run_graph_peak_bytes
+from ..interpreter import eval_node, node_peak_bytes
 from ..kernel import Kernel
 from .base import Backend, register_backend
 from .cpu_gemm import threaded_matmul
@@ -41,10 +41,7 @@ def reference_kernel(G, n) -> Kernel:
     fn.__name__ = f"ref_{d['op']}_{n}"
     # the interpreter's result before it is copied into ``out`` (outputs are preallocated
     # too), with what its NumPy form holds beside it, and a fused node's body values
-    us = ir.operands(G, n)
-    nbytes = run_graph_peak_bytes(d["attrs"]["graph"]) if d["op"] == ops.FUSED else \
-        ops.impl_peak_bytes(d["op"], d["shape"], G.nodes[us[0]]["dtype"] if us else d["dtype"],
-                            d["dtype"])
+    nbytes = node_peak_bytes(G, n)
     call = ops.OPS[d["op"]].impl
     src = (f"# reference: {d['op']} {d['attrs'] if d['op'] not in ('fused', 'const') else ''}"
            f"\nout[...] = {getattr(call, '__qualname__', d['op'])}(args, attrs)")

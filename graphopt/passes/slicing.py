@@ -100,7 +100,7 @@ def _slice_node(G, n, limit: int, optimize, budget: int = 1) -> dict | None:
             raise GraphError(f"the values it reads and writes take {limit - share} bytes of "
                              f"memory_limit={limit} on their own")
         share = int(share * SLICE_HEADROOM)
-        new_path, plan, ws = fit_slices(eq, shapes, path, dtype, share, optimize, 1, dtypes)
+        new_path, plan, _ = fit_slices(eq, shapes, path, dtype, share, optimize, 1, dtypes)
     except GraphError as e:
         raise GraphError(f"slicing: {e.detail}; unsliced it needs {whole} bytes beside its "
                          f"operands and result, within memory_limit={limit}", op="einsum",
