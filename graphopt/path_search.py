@@ -5,20 +5,26 @@
 the search. It starts from opt_einsum's greedy path, then runs randomized trials until the
 budget is spent: opt_einsum's random-greedy trials; where cotengra is installed (``pip
 install graphopt[networks]``: cotengra, cotengrust, kahypar, optuna) and the budget is at
-least ``RECONF_MIN_SECONDS``, cotengra's subtree reconfiguration of the best of them (a
-deterministic local search: 3-5x fewer FLOPs on lattices, PEPS and MPO networks in tens of
+least pays for it, cotengra's subtree reconfiguration of the best of them (a deterministic
+local search: 3-5x fewer FLOPs on lattices, PEPS and MPO networks in tens of
 milliseconds); where the budget is at least ``HYPER_MIN_SECONDS``, cotengra's
 hyper-optimizer with every trial refined the same way, until the budget is spent.
 
 The budget: ``time_budget`` seconds where given (``compile(..., path_time=)``); by default
 ``SEARCH_FRACTION`` of the estimated run time of the best path found so far (its combo cost
 at ``COMBO_RATE``), at most ``DEFAULT_MAX_SECONDS``: a network that runs in a millisecond
-is ordered in well under one, an expensive one gets seconds. The first random-greedy trials
-are counted, not timed: as many as the budget pays for at ``TRIAL_SECONDS_PER_TENSOR``, at
-most ``MIN_TRIALS`` (``planned_trials``), so a small network's path does not depend on the
-machine's speed, and one whose greedy path runs in a millisecond is not searched for fifty.
-Only then does the clock decide. A trial that has started is finished, so a search may
-overrun its budget by one trial.
+is ordered in well under one, an expensive one gets seconds. The steps before cotengra's
+hyper-optimizer are counted, not timed (``SearchSteps``): greedy and each random-greedy
+trial at ``TRIAL_SECONDS_PER_TENSOR`` and ``TRIAL_SECONDS_PER_PAIR``, the reconfiguration at
+``RECONF_SECONDS_PER_TENSOR`` for its subtree size. A step runs only where what was counted
+so far plus its own assumed cost is within the budget of the best path found so far (the
+trials within ``TRIAL_SHARE`` of it, leaving the rest to the reconfiguration), so a
+small network's path does not depend on the machine's speed, and a path that runs in ten
+milliseconds is not refined for sixty (the largest subtree size the budget pays for is
+used). Only then does the clock decide: cotengra's hyper-optimizer runs until the budget is
+spent; under a budget too small for it that the user set, or without cotengra, more
+random-greedy trials do. A trial that has started is
+finished, so a search may overrun its budget by one trial.
 
 Paths are kept by the network's structure and sizes: in this process (``_MEMO``) and on
 disk beside the kernels (``disk_cache``, ``path_<digest>.json``, at most
@@ -40,15 +46,23 @@ from . import disk_cache
 from .errors import GraphError
 from .paths import Steps, play
 
-SEARCH_FRACTION = 0.25
+SEARCH_FRACTION = 0.5
 DEFAULT_MAX_SECONDS = 20.0
 COMBO_RATE = 1e10          # combo cost per second assumed when sizing the default budget
 HYPER_MIN_SECONDS = 0.5    # below this budget, cotengra's trials are not worth starting
 HYPER_CHUNK_SECONDS = 0.25  # cotengra runs this long between checks of the budget
-RECONF_MIN_SECONDS = 0.01  # below this budget, the random-greedy path is not reconfigured
+TRIAL_SHARE = 0.5          # of the budget, for the counted random-greedy trials: the rest
+                           # pays for the reconfiguration, worth more than later trials
 MIN_TRIALS = 8             # random-greedy trials run before the clock, where the budget pays
-TRIAL_SECONDS_PER_TENSOR = 5e-5  # one random-greedy trial's assumed cost per tensor (opt_einsum
-                                 # takes 5-12 ms for 100-200 tensors on a 2024 server core)
+# one random-greedy trial's assumed cost, scored: per tensor and per pair of tensors that
+# share a label (opt_einsum weighs every such pair; a hyper index shared by k tensors makes
+# k(k-1)/2). Measured on nine networks of 50-200 tensors and 105-1679 pairs, a 2024 server
+# core: 2.7-20 ms, within 20 % of this.
+TRIAL_SECONDS_PER_TENSOR = 3e-5
+TRIAL_SECONDS_PER_PAIR = 1.3e-5
+# cotengra's subtree reconfiguration's assumed cost per tensor, by subtree size (the median
+# of those nine networks: 0.12-0.2, 0.2-0.3 and 0.24-1.6 ms a tensor)
+RECONF_SECONDS_PER_TENSOR = {8: 6e-4, 6: 2.5e-4, 4: 1.6e-4}
 CACHE_FORMAT = 1           # part of every key: a change to the search makes new entries
 MEMO_ENTRIES = 256
 DISK_ENTRIES = 4096
@@ -67,11 +81,37 @@ def default_budget(steps: Steps) -> float:
     return min(DEFAULT_MAX_SECONDS, SEARCH_FRACTION * estimated_seconds(steps))
 
 
-def planned_trials(n_terms: int, budget: float) -> int:
-    """Random-greedy trials run whatever the clock says: what ``budget`` pays for at the
-    assumed cost per trial, at most ``MIN_TRIALS`` (a count, so the path found does not
-    depend on the machine's speed)."""
-    return min(MIN_TRIALS, int(budget / (TRIAL_SECONDS_PER_TENSOR * max(1, n_terms))))
+def sharing_pairs(terms: Sequence[str]) -> int:
+    """How many pairs of terms share at least one label."""
+    holders: dict = {}
+    for i, t in enumerate(terms):
+        for c in set(t):
+            holders.setdefault(c, []).append(i)
+    return len({(a, b) for ts in holders.values() if len(ts) > 1
+                for k, a in enumerate(ts) for b in ts[k + 1:]})
+
+
+class SearchSteps:
+    """The assumed seconds of the counted search steps run so far (see the module
+    docstring): a step runs where they plus its own fit the budget of the best path."""
+
+    def __init__(self, terms: Sequence[str], budget):
+        self.n, self.budget, self.counted = max(1, len(terms)), budget, 0.0
+        self.pairs = sharing_pairs(terms)
+
+    def trial_seconds(self) -> float:
+        return TRIAL_SECONDS_PER_TENSOR * self.n + TRIAL_SECONDS_PER_PAIR * self.pairs
+
+    def pays_for(self, seconds: float, share: float = 1.0) -> bool:
+        return self.counted + seconds <= share * self.budget()
+
+    def reconf_size(self) -> int | None:
+        """The largest subtree size whose reconfiguration the budget pays for, or None."""
+        return next((k for k, rate in sorted(RECONF_SECONDS_PER_TENSOR.items(), reverse=True)
+                     if self.pays_for(rate * self.n)), None)
+
+    def count(self, seconds: float) -> None:
+        self.counted += seconds
 
 
 def _numbered(terms, output) -> dict:
@@ -160,9 +200,10 @@ class _HyperTrials:
         return len(self._opt.scores)
 
 
-def _reconfigured(terms, output, sizes, steps: Steps) -> Steps:
+def _reconfigured(terms, output, sizes, steps: Steps, subtree_size: int = 8) -> Steps:
     """``steps`` improved by cotengra's subtree reconfiguration (deterministic; tens of
-    milliseconds on a 100-tensor network): every small subtree re-ordered optimally."""
+    milliseconds on a 100-tensor network): every subtree of ``subtree_size`` tensors
+    re-ordered optimally."""
     import warnings
 
     import cotengra
@@ -170,7 +211,7 @@ def _reconfigured(terms, output, sizes, steps: Steps) -> Steps:
         warnings.simplefilter("ignore")
         tree = cotengra.ContractionTree.from_path([tuple(t) for t in terms], tuple(output),
                                                   dict(sizes), path=steps.path)
-        tree.subtree_reconfigure_(minimize="combo")
+        tree.subtree_reconfigure_(minimize="combo", subtree_size=subtree_size)
         return play(terms, output, sizes, tree.get_path())
 
 
@@ -193,37 +234,60 @@ def search(terms, output, sizes, time_budget: float | None, start: Steps | None 
     def elapsed():
         return time.perf_counter() - t0
 
-    def run(runner, least, until_budget):
+    counted = SearchSteps(terms, budget)
+    counted.count(counted.trial_seconds())           # greedy's
+
+    def keep(path):
         nonlocal best
-        while runner.trials < least or until_budget and elapsed() < budget():
-            try:
-                s = play(terms, output, sizes, runner.trial(budget() - elapsed()))
-            except GraphError:    # a trial that did not produce a full path
-                continue
-            if s.combo < best.combo:
-                best = s
-        return runner.trials
+        try:
+            s = play(terms, output, sizes, path)
+        except GraphError:    # a trial that did not produce a full path
+            return
+        if s.combo < best.combo:
+            best = s
 
     trials, searcher = 0, "greedy"
     if len(terms) > 2 and time_budget != 0:
         # random-greedy first (cheap, and on some networks hard to beat), its best
         # reconfigured, then cotengra's hyper-optimizer where the budget is worth it
-        hyper = budget() >= HYPER_MIN_SECONDS and _hyper_available()
-        least = planned_trials(len(terms), budget())
-        if least or not hyper and elapsed() < budget():
-            trials = run(_RandomGreedyTrials(terms, output, sizes), least, not hyper)
-        if trials:
-            searcher = _RandomGreedyTrials.name
-        if budget() >= RECONF_MIN_SECONDS and _hyper_available():
+        cotengra = _hyper_available()
+
+        def hyper():     # the budget follows the best path so far: asked each time
+            return cotengra and budget() >= HYPER_MIN_SECONDS
+
+        runner = None
+
+        def greedy_trial():
+            nonlocal runner
+            runner = runner or _RandomGreedyTrials(terms, output, sizes)
+            keep(runner.trial(budget() - elapsed()))
+            return runner.trials
+
+        while trials < MIN_TRIALS and counted.pays_for(counted.trial_seconds(), TRIAL_SHARE):
+            counted.count(counted.trial_seconds())
+            trials = greedy_trial()
+        subtree = counted.reconf_size() if cotengra else None
+        if subtree is not None:
+            counted.count(RECONF_SECONDS_PER_TENSOR[subtree] * counted.n)
             try:
-                s = _reconfigured(terms, output, sizes, best)
+                s = _reconfigured(terms, output, sizes, best, subtree)
             except GraphError:
                 s = best
             if s.combo < best.combo:
                 best = s
-            searcher += ", subtree reconfiguration"
-        if hyper and elapsed() < budget():
-            trials += run(_HyperTrials(terms, output, sizes), 0, True)
+            searcher += f", subtree reconfiguration ({subtree})"
+        # the rest of a budget too small for the hyper-optimizer (or without cotengra):
+        # random-greedy trials by the clock, where the user set the budget or nothing
+        # else improves the path
+        while not hyper() and (time_budget is not None or not cotengra) and elapsed() < budget():
+            trials = greedy_trial()
+        if trials:
+            searcher = searcher.replace("greedy", _RandomGreedyTrials.name, 1)
+        if hyper() and elapsed() < budget():
+            hyper_trials = _HyperTrials(terms, output, sizes)
+            while elapsed() < budget():
+                keep(hyper_trials.trial(budget() - elapsed()))
+            trials += hyper_trials.trials
             searcher = f"{searcher}, then {_HyperTrials.name}"
     seconds = time.perf_counter() - t0
     return best, {"searcher": searcher, "trials": trials, "seconds": round(seconds, 4),

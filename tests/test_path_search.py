@@ -50,9 +50,7 @@ def test_anytime_path_is_valid_and_no_worse_than_greedy(seed, cache_dir):
     assert (again.flops, again.write) == (steps.flops, steps.write)
     assert steps.pairwise
     assert steps.combo <= greedy_steps(terms, output, sizes).combo == rec["greedy_combo"]
-    greedy = greedy_steps(terms, output, sizes)
-    least = path_search.planned_trials(len(terms), path_search.default_budget(greedy))
-    assert rec["cache"] == "miss" and rec["trials"] >= least
+    assert rec["cache"] == "miss"
     # the FLOPs are opt_einsum's own count of the same path
     _, info = opt_einsum.contract_path(eq, *shapes, shapes=True, optimize=steps.path)
     assert int(info.opt_cost) == steps.flops
@@ -118,11 +116,36 @@ def test_a_corrupt_or_wrong_entry_is_dropped_and_searched_again(garbage, cache_d
     assert doc["path"] == [list(p) for p in steps.path]
 
 
-def test_trials_before_the_clock_are_what_the_budget_pays_for():
+def test_counted_steps_are_what_the_budget_pays_for():
     per_trial = path_search.TRIAL_SECONDS_PER_TENSOR * 100
-    assert path_search.planned_trials(100, per_trial * 0.99) == 0
-    assert path_search.planned_trials(100, per_trial * 3) == 3
-    assert path_search.planned_trials(100, 1e3) == path_search.MIN_TRIALS
+    budget = [per_trial * 3]
+    counted = path_search.SearchSteps([chr(0x4E00 + i) for i in range(100)], lambda: budget[0])
+    assert counted.pays_for(per_trial * 3) and not counted.pays_for(per_trial * 3.01)
+    counted.count(per_trial * 2)
+    assert counted.pays_for(per_trial) and not counted.pays_for(per_trial * 1.01)
+    assert counted.reconf_size() is None
+    budget[0] = 1e3                         # the budget follows the best path found so far
+    assert counted.reconf_size() == max(path_search.RECONF_SECONDS_PER_TENSOR)
+    rates = path_search.RECONF_SECONDS_PER_TENSOR
+    budget[0] = per_trial * 2 + rates[6] * 100
+    assert counted.reconf_size() == 6
+
+
+def test_trials_stop_where_the_budget_of_the_best_path_no_longer_pays(cache_dir, monkeypatch):
+    # a start whose path is terrible (as opt_einsum's greedy is on an MPS-MPO-MPS energy,
+    # ~1e18 FLOPs) pays for every trial; once a trial finds a path that runs in microseconds
+    # the budget shrinks and the search stops (it used to run all eight, then a 60 ms
+    # reconfiguration of a path that runs in 10 ms)
+    _, terms, output, sizes, _ = network(30, 11)
+    sizes = dict.fromkeys(sizes, 2)
+    written = play(terms, output, sizes, [(0, 1)] * (len(terms) - 1))
+    monkeypatch.setattr(path_search, "_greedy", lambda *a: written)
+    per_trial = path_search.SearchSteps(terms, None).trial_seconds()
+    assert path_search.default_budget(written) > per_trial * (path_search.MIN_TRIALS + 1)
+    steps, rec = path_search.search(terms, output, sizes, None)
+    assert steps.combo < written.combo / 1e3
+    assert 1 <= rec["trials"] < path_search.MIN_TRIALS
+    assert "reconfiguration" not in rec["searcher"]
 
 
 def test_a_network_that_runs_in_microseconds_is_not_searched_beyond_greedy(cache_dir):
@@ -131,7 +154,7 @@ def test_a_network_that_runs_in_microseconds_is_not_searched_beyond_greedy(cache
     _, terms, output, sizes, _ = network(60, 5)
     sizes = dict.fromkeys(sizes, 2)
     steps, rec = path_search.find_path(terms, output, sizes, cache=False)
-    assert rec["budget_seconds"] < path_search.TRIAL_SECONDS_PER_TENSOR * 60
+    assert rec["budget_seconds"] < path_search.SearchSteps(terms, None).trial_seconds()
     assert rec["trials"] == 0 and rec["searcher"] == "greedy"
     assert steps.path == greedy_steps(terms, output, sizes).path
 
@@ -213,10 +236,10 @@ def test_with_cotengra_the_random_greedy_path_is_reconfigured(cache_dir):
     ctg = pytest.importorskip("cotengra")
     inputs, output, _, sizes = ctg.utils.lattice_equation([6, 6], d_min=2, d_max=4, seed=0)
     terms, out = ["".join(t) for t in inputs], "".join(output)
-    below, rec = path_search.search(terms, out, sizes, path_search.RECONF_MIN_SECONDS / 2)
+    below, rec = path_search.search(terms, out, sizes, 0.005)
     assert "reconfiguration" not in rec["searcher"]
     above, rec = path_search.search(terms, out, sizes, 0.05)
-    assert rec["searcher"].endswith("subtree reconfiguration")
+    assert rec["searcher"].endswith("subtree reconfiguration (8)")
     assert above.combo < below.combo and above.pairwise
     once = path_search._reconfigured(terms, out, sizes, below)
     assert once.combo < below.combo
