@@ -44,6 +44,9 @@ from .paths import label_sizes, play_path
 # operand lists. tracemalloc counts them as a call's memory; measured on CPython 3.11 and
 # NumPy 2.4 at 280-380 bytes a step over six networks of 80-200 steps.
 OBJECT_BYTES_PER_STEP = 320
+# ... and per operand: the call's key (a shape and a strides tuple per operand) while it
+# looks up its program; measured at 100-120 bytes an operand on 80- and 150-operand calls
+OBJECT_BYTES_PER_OPERAND = 128
 
 
 @dataclass(frozen=True)
@@ -102,10 +105,13 @@ class Program:
     def peak_bytes(self, into_out: bool = True) -> int:
         """What one call allocates at once: the arena, the largest step's scratch (the last
         step writing into the caller's ``out``, ``into_out``, or a new array, then counted)
-        and the call's Python objects (``OBJECT_BYTES_PER_STEP`` a step). Operands and
+        and the call's Python objects (``OBJECT_BYTES_PER_STEP`` a step,
+        ``OBJECT_BYTES_PER_OPERAND`` an operand). Operands and
         ``out`` are the caller's, not counted."""
         last = len(self.steps) - 1
-        return self.arena_bytes + len(self.steps) * OBJECT_BYTES_PER_STEP + max(
+        operands = 1 + sum(len(s.positions) - 1 for s in self.steps)
+        objects = len(self.steps) * OBJECT_BYTES_PER_STEP + operands * OBJECT_BYTES_PER_OPERAND
+        return self.arena_bytes + objects + max(
             (s.scratch_new if k == last and not into_out else s.scratch
              for k, s in enumerate(self.steps)), default=0)
 
@@ -280,7 +286,11 @@ class PathContraction:
         ``matmul(a, b, c)`` runs the GEMMs (default ``np.matmul(a, b, out=c)``)."""
         current = promote_operands(arrays)
         dtype = current[0].dtype
-        key = (tuple(a.shape for a in current), tuple(a.strides for a in current), dtype.str)
+        # lists made into tuples: a tuple of a generator leaves blocks CPython frees only
+        # when the caller returns (tracemalloc saw 64 bytes a call pile up over a sliced
+        # contraction's slices, to 130 KB)
+        key = (tuple([a.shape for a in current]), tuple([a.strides for a in current]),
+               dtype.str)
         prog = self._called.get(key)
         if prog is None:
             prog = self._called[key] = self.program(

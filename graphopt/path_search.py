@@ -215,6 +215,23 @@ def _reconfigured(terms, output, sizes, steps: Steps, subtree_size: int = 8) -> 
         return play(terms, output, sizes, tree.get_path())
 
 
+def reordered_for_peak(terms, output, sizes, path) -> list[tuple[int, ...]]:
+    """``path``'s contractions (the same tree, the same FLOPs) in the order cotengra's
+    ``reorder_for_peak_size`` picks: at each node, the child whose build holds less at its
+    peak first, so fewer intermediates are live at once. ``path`` itself without cotengra."""
+    if not _hyper_available():
+        return [tuple(p) for p in path]
+    import warnings
+
+    import cotengra
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        tree = cotengra.ContractionTree.from_path([tuple(t) for t in terms], tuple(output),
+                                                  dict(sizes), path=[tuple(p) for p in path])
+        tree.reorder_for_peak_size()
+        return [tuple(p) for p in tree.get_path()]
+
+
 def _greedy(terms, output, sizes) -> Steps:
     from opt_einsum import paths as oe_paths
     path = oe_paths.greedy(*_int_labels(terms, output, sizes))

@@ -34,6 +34,20 @@ from .paths import default_path, label_sizes
 
 # ------------------------------------------------------------------------------- workspace
 
+# A slice's operand views, held while the slice runs: NumPy 2.4 on CPython 3.11 allocates
+# 104 + 16 x ndim bytes a view (tracemalloc), and the list of operands 8 bytes an operand
+VIEW_BYTES, VIEW_BYTES_PER_DIM, LIST_BYTES_PER_ITEM = 112, 16, 8
+
+
+def slice_view_bytes(terms, shapes, labels) -> int:
+    """What one slice's operand views take: a view per operand with a sliced label (of
+    size above 1; ``operand_view``), and the list of all operands."""
+    sliced = set(labels)
+    return LIST_BYTES_PER_ITEM * len(terms) + sum(
+        VIEW_BYTES + VIEW_BYTES_PER_DIM * len(t) for t, s in zip(terms, shapes)
+        if any(c in sliced and d != 1 for c, d in zip(t, s)))
+
+
 
 def contraction_workspace_bytes(equation: str, shapes, path, slices, blocks, dtype,
                                 workers: int = 1, operand_dtypes=None,
@@ -43,8 +57,9 @@ def contraction_workspace_bytes(equation: str, shapes, path, slices, blocks, dty
     ``operand_dtypes`` differ), and per slice in flight its program's arena and largest step
     scratch (``Program.peak_bytes``, for the largest slice; the slice's result counted where
     it is not written straight into the result: a summed label sliced, or a region that is
-    not C-contiguous), and a result-sized buffer for each worker beyond the first where no
-    output label is sliced (``parallel_workspace_bytes``)."""
+    not C-contiguous) and its operand views (``slice_view_bytes``), and a result-sized
+    buffer for each worker beyond the first where no output label is sliced
+    (``parallel_workspace_bytes``)."""
     dtype = np.dtype(dtype)
     terms, output = split_equation(equation)
     shapes = [tuple(s) for s in shapes]
@@ -56,7 +71,8 @@ def contraction_workspace_bytes(equation: str, shapes, path, slices, blocks, dty
     block = {c: int(b) for c, b in zip(slices, blocks) if c in sizes}
     sliced = [tuple(min(d, block.get(c, d)) for c, d in zip(t, s)) for t, s in zip(terms, shapes)]
     program = contract.program(sliced, dtype, [c_strides(s) for s in shapes])
-    per_slice = program.peak_bytes(into_out=_writes_into_result(output, sizes, block))
+    per_slice = program.peak_bytes(into_out=_writes_into_result(output, sizes, block)) + \
+        (slice_view_bytes(terms, shapes, block) if block else 0)
     casts = sum(math.prod(s) * dtype.itemsize for s, dt in zip(shapes, operand_dtypes or ())
                 if np.dtype(dt) != dtype)
     out_bytes = math.prod(sizes[c] for c in output) * dtype.itemsize
@@ -89,8 +105,11 @@ def slice_index(term: str, shape, where: dict) -> tuple:
     """The index restricting an operand labelled ``term`` of ``shape`` to the slice
     ``where``; a dim of size 1 is kept whole (it broadcasts against the label's range, as
     ``np.einsum`` broadcasts it, so every slice reads it)."""
-    return tuple(slice(None) if d == 1 else where.get(c, slice(None))
-                 for c, d in zip(term, shape))
+    return tuple([slice(None) if d == 1 else where.get(c, _WHOLE)     # a list: see
+                  for c, d in zip(term, shape)])                        # PathContraction
+
+
+_WHOLE = slice(None)
 
 
 def operand_view(array, term: str, where: dict):

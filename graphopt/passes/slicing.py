@@ -7,7 +7,9 @@ contraction-only route. This pass computes what each such node allocates when it
 steps' operand copies, operand casts), against the node's share of the limit: the limit
 less the node's operands and result where they are values the plan holds (graph inputs
 and outputs are not counted, as ``memory_limit`` says). Where the workspace exceeds its
-share it chooses labels to slice, within ``SLICE_HEADROOM`` of the share, and searches the
+share it first runs the path's contractions in the order that holds the fewest at once
+(``path_search.reordered_for_peak``: the same FLOPs; enough on its own for some networks),
+then chooses labels to slice, within ``SLICE_HEADROOM`` of the share, and searches the
 path again for the sliced sizes (``slice_search.fit_slices``). It sets ``attrs["slices"]`` (labels),
 ``attrs["slice_blocks"]`` (index values per slice) and ``attrs["path"]``; backends run the
 node as a loop over slices (``sliced_contraction.sliced_contract``) or as one task per
@@ -21,7 +23,7 @@ equation and the numbers. The compiler then holds the whole plan (arena plus the
 step workspace) to the limit.
 
 Details: ``memory_limit``; ``checked`` (multi-operand einsums examined); ``repathed`` (nodes
-whose path searched again fits without slicing: node, path); ``sliced`` (per
+whose path reordered or searched again fits without slicing: node, path, reordered); ``sliced`` (per
 sliced node: node, equation, slices, slice_blocks, n_slices, FLOPs with and without
 slicing, flop_overhead, largest intermediate before/after, predicted_peak_bytes (its
 workspace), task_peak_bytes, slice_workers); ``slices`` (node -> labels); ``flop_overhead``
@@ -39,7 +41,8 @@ import numpy as np
 from .. import ir, threads
 from ..einsum import split as split_equation
 from ..errors import GraphError
-from ..paths import default_path, label_sizes
+from ..path_search import reordered_for_peak
+from ..paths import default_path, label_sizes, play
 from ..slice_search import fit_slices
 from ..sliced_contraction import contraction_workspace_bytes, slice_workers, splits_result
 from .manager import PassResult, register_pass
@@ -95,6 +98,19 @@ def _slice_node(G, n, limit: int, optimize, budget: int = 1) -> dict | None:
     whole = contraction_workspace_bytes(eq, shapes, path, (), None, dtype, 1, dtypes)
     if whole <= share:
         return None
+    # the same contractions in another order may hold fewer intermediates at once: free,
+    # where slicing costs FLOPs
+    terms, output = split_equation(eq)
+    sizes = label_sizes(eq, shapes)
+    reordered = reordered_for_peak(terms, output, sizes, path)
+    if reordered != path:
+        fewer = contraction_workspace_bytes(eq, shapes, reordered, (), None, dtype, 1, dtypes)
+        if fewer < whole:
+            path, whole = reordered, fewer
+            if whole <= share:
+                largest = play(terms, output, sizes, path).largest
+                return {"node": n, "path": path, "slices": [], "reordered": True,
+                        "largest_intermediate_bytes": largest * np.dtype(dtype).itemsize}
     try:
         if share <= 0:
             raise GraphError(f"the values it reads and writes take {limit - share} bytes of "
@@ -155,8 +171,9 @@ def slicing(G: nx.MultiDiGraph, ctx) -> PassResult:
                 attrs.update(slices=list(rec["slices"]), slice_blocks=list(rec["slice_blocks"]),
                              slice_workers=rec["slice_workers"])
                 records.append(rec)
-            else:  # the path searched again fits without slicing
+            else:  # the path reordered, or searched again, fits without slicing
                 repathed.append({"node": n, "path": rec["path"],
+                                 "reordered": rec.get("reordered", False),
                                  "largest_intermediate_bytes": rec["largest_intermediate_bytes"]})
             H.nodes[n]["attrs"] = attrs
     flops = sum(r["flops"] for r in records)

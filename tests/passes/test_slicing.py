@@ -13,6 +13,7 @@ from graphopt.errors import GraphError
 from graphopt.passes import PassContext
 from graphopt.passes.contraction import label
 from graphopt.passes.slicing import SLICE_HEADROOM, slicing
+from graphopt.paths import default_path, play
 from graphopt.sliced_contraction import (
     contraction_workspace_bytes,
 )
@@ -145,6 +146,38 @@ def test_sliced_plan_allocates_what_it_predicts_within_the_limit():
     assert abs(measured - plan.predicted_peak_bytes) <= 0.1 * plan.predicted_peak_bytes
     assert measured <= limit < whole
     assert plan.idle_arena_bytes > 0      # measure_peak_bytes ran a call, which kept its arena
+
+
+def test_a_limit_the_reordered_path_meets_needs_no_slicing(monkeypatch):
+    # a 3x6 lattice at bond 8 along greedy's path (what the pass runs a node without a
+    # ``path`` along): in its own order it holds 1.13 MB at once; the same contractions in
+    # cotengra's peak-reducing order hold 0.86 MB, so a 1 MB limit is met with the same
+    # FLOPs and no slice
+    pytest.importorskip("cotengra")
+    eq, bond, limit = grid_equation(3, 6), 8, 1_000_000
+    g = network_graph(eq, bond)
+    inputs = network_inputs(eq, bond)
+    plan = go.compile(g, backend="numpy", memory_limit=limit, cache=False, optimize="greedy",
+                      passes=["slicing"])
+    details = plan.report["slicing"].details
+    assert details["sliced"] == [] and [r["reordered"] for r in details["repathed"]] == [True]
+    np.testing.assert_allclose(plan(**inputs), reference(eq, inputs), rtol=1e-9)
+    assert plan.measure_peak_bytes(**inputs) <= limit
+    terms = eq.split("->")[0].split(",")
+    sizes = dict.fromkeys(eq, bond)
+    greedy = play(terms, "", sizes, default_path(eq, [(bond,) * len(t) for t in terms],
+                                                 optimize="greedy"))
+    reordered = play(terms, "", sizes, details["repathed"][0]["path"])
+    assert reordered.path != greedy.path and reordered.flops == greedy.flops
+    shapes = [(bond,) * len(t) for t in terms]
+    assert contraction_workspace_bytes(eq, shapes, greedy.path, (), None, "float64") > limit
+    assert plan.predicted_peak_bytes <= limit
+    # without cotengra the path keeps its order, and is sliced instead
+    from graphopt import path_search
+    monkeypatch.setattr(path_search, "_hyper_available", lambda: False)
+    sliced = go.compile(g, backend="numpy", memory_limit=limit, cache=False,
+                        optimize="greedy", passes=["slicing"])
+    assert sliced.report["slicing"].details["sliced"]
 
 
 def test_budget_no_slicing_can_meet_raises_at_compile_time():
