@@ -4,8 +4,8 @@
 (``paths.Steps``; cost ``Steps.combo``: FLOPs plus 64 per element written) and a record of
 the search. It starts from opt_einsum's greedy path, then runs randomized trials until the
 budget is spent: opt_einsum's random-greedy trials; where cotengra is installed (``pip
-install graphopt[networks]``: cotengra, cotengrust, kahypar, optuna) and the budget is at
-least pays for it, cotengra's subtree reconfiguration of the best of them (a deterministic
+install graphopt[networks]``: cotengra, cotengrust, kahypar, optuna) and the budget pays
+for it, cotengra's subtree reconfiguration of the best of them (a deterministic
 local search: 3-5x fewer FLOPs on lattices, PEPS and MPO networks in tens of
 milliseconds); where the budget is at least ``HYPER_MIN_SECONDS``, cotengra's
 hyper-optimizer with every trial refined the same way, until the budget is spent.
@@ -23,8 +23,8 @@ small network's path does not depend on the machine's speed, and a path that run
 milliseconds is not refined for sixty (the largest subtree size the budget pays for is
 used). Only then does the clock decide: cotengra's hyper-optimizer runs until the budget is
 spent; under a budget too small for it that the user set, or without cotengra, more
-random-greedy trials do. A trial that has started is
-finished, so a search may overrun its budget by one trial.
+random-greedy trials do. A trial that has started is finished, so a search may overrun
+its budget by one trial.
 
 Paths are kept by the network's structure and sizes: in this process (``_MEMO``) and on
 disk beside the kernels (``disk_cache``, ``path_<digest>.json``, at most

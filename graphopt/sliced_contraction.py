@@ -48,7 +48,6 @@ def slice_view_bytes(terms, shapes, labels) -> int:
         if any(c in sliced and d != 1 for c, d in zip(t, s)))
 
 
-
 def contraction_workspace_bytes(equation: str, shapes, path, slices, blocks, dtype,
                                 workers: int = 1, operand_dtypes=None,
                                 contraction: PathContraction | None = None) -> int:
@@ -101,15 +100,15 @@ def slice_ranges(size: int, block: int) -> list[slice]:
     return [slice(s, min(s + block, size)) for s in range(0, size, block)] or [slice(0, 0)]
 
 
+_WHOLE = slice(None)
+
+
 def slice_index(term: str, shape, where: dict) -> tuple:
     """The index restricting an operand labelled ``term`` of ``shape`` to the slice
     ``where``; a dim of size 1 is kept whole (it broadcasts against the label's range, as
     ``np.einsum`` broadcasts it, so every slice reads it)."""
-    return tuple([slice(None) if d == 1 else where.get(c, _WHOLE)     # a list: see
-                  for c, d in zip(term, shape)])                        # PathContraction
-
-
-_WHOLE = slice(None)
+    return tuple([_WHOLE if d == 1 else where.get(c, _WHOLE)     # a list: see
+                  for c, d in zip(term, shape)])                  # PathContraction.__call__
 
 
 def operand_view(array, term: str, where: dict):
