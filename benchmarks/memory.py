@@ -21,7 +21,7 @@ import json
 import sys
 
 from .networks import INSTANCES
-from .run import _pin_to_one_core, rows_per_mode
+from .run import main_per_mode
 
 WORKLOADS = ("mlp", "attention", "elementwise", "mps_ring")
 
@@ -97,34 +97,23 @@ def main(argv=None) -> int:
     p.add_argument("--json", default=None)
     args = p.parse_args(argv)
     fractions = [float(x) for x in args.fractions.split(",") if x]
-    if args.mode == "both":
-        results = rows_per_mode("benchmarks.memory", ["--instances", args.instances,
-                                                       "--fractions", args.fractions])
-        if isinstance(results, int):
-            return results
-        for mode, rows in results.items():
-            print(f"\n{mode} ({'one core' if mode == 'pinned' else 'default threads'}):\n"
-                  f"{table(rows)}")
-        if args.json:
-            with open(args.json, "w") as f:
-                json.dump(results, f, indent=1)
-        return 0
-    if args.mode == "pinned":
-        _pin_to_one_core()
-    rows = []
-    for name in args.instances.split(","):
-        backends = ("numba", "numpy") if name in WORKLOADS else ("numba",)
-        for backend in backends:
-            try:
-                rows += measure(name, fractions, backend)
-            except ImportError as e:
-                rows.append({"instance": name, "backend": backend, "limit": None,
-                             "refused": f"skipped: {e.name} is not installed"})
-            print(json.dumps(rows[-1], default=str), flush=True)
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(rows, f, indent=1, default=str)
-    return 0
+
+    def run_rows():
+        rows = []
+        for name in args.instances.split(","):
+            backends = ("numba", "numpy") if name in WORKLOADS else ("numba",)
+            for backend in backends:
+                try:
+                    rows += measure(name, fractions, backend)
+                except ImportError as e:
+                    rows.append({"instance": name, "backend": backend, "limit": None,
+                                 "refused": f"skipped: {e.name} is not installed"})
+                print(json.dumps(rows[-1], default=str), flush=True)
+        return rows
+
+    return main_per_mode("benchmarks.memory", args.mode,
+                         ["--instances", args.instances, "--fractions", args.fractions],
+                         run_rows, table, args.json)
 
 
 if __name__ == "__main__":

@@ -34,7 +34,7 @@ import tempfile
 import time
 import warnings
 
-from .run import _pin_to_one_core, rows_per_mode
+from .run import main_per_mode
 
 # --------------------------------------------------------------------------- the instances
 
@@ -275,25 +275,9 @@ def main(argv=None) -> int:
     p.add_argument("--json", default=None)
     args = p.parse_args(argv)
     args.instances = args.instances.split(",")
-    if args.mode == "both":
-        results = rows_per_mode("benchmarks.networks", ["--budget", str(args.budget),
-                                                         "--instances", ",".join(args.instances)])
-        if isinstance(results, int):
-            return results
-        for mode, rows in results.items():
-            print(f"\n{mode} ({'one core' if mode == 'pinned' else 'default threads'}), "
-                  f"budget {args.budget} s:\n{table(rows)}")
-        if args.json:
-            with open(args.json, "w") as f:
-                json.dump(results, f, indent=1, default=str)
-        return 0
-    if args.mode == "pinned":
-        _pin_to_one_core()
-    rows = _run(args)
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(rows, f, indent=1, default=str)
-    return 0
+    return main_per_mode("benchmarks.networks", args.mode,
+                         ["--budget", str(args.budget), "--instances", ",".join(args.instances)],
+                         lambda: _run(args), table, args.json, f", budget {args.budget} s")
 
 
 if __name__ == "__main__":

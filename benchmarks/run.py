@@ -131,6 +131,29 @@ def rows_per_mode(module: str, child_args: list[str]) -> dict | int:
     return results
 
 
+def main_per_mode(module: str, mode: str, child_args: list[str], run_rows, table,
+                  json_path: str | None, caption: str = "") -> int:
+    """A benchmark's ``main`` after parsing: ``mode`` "both" runs ``module`` once per mode
+    (``rows_per_mode``) and prints ``table(rows)`` of each under ``caption``; "pinned" or
+    "default" runs ``run_rows()`` here (pinned to one core first, for "pinned"). The rows
+    go to ``json_path`` where given."""
+    if mode == "both":
+        results = rows_per_mode(module, child_args)
+        if isinstance(results, int):
+            return results
+        for m, rows in results.items():
+            print(f"\n{m} ({'one core' if m == 'pinned' else 'default threads'}){caption}:\n"
+                  f"{table(rows)}")
+    else:
+        if mode == "pinned":
+            _pin_to_one_core()
+        results = run_rows()
+    if json_path:
+        with open(json_path, "w") as f:
+            json.dump(results, f, indent=1, default=str)
+    return 0
+
+
 def run_modes(argv: list[str], args) -> int:
     """One child process per mode; merge their JSON, print both tables and the speedups."""
     import tempfile
