@@ -18,10 +18,13 @@ def node_flops(G: nx.MultiDiGraph, n: int) -> int:
     its ``path`` attr where a multi-operand einsum has one);
     elementwise one per output element; reductions one per input element; layout and
     sources zero; fused groups the sum over their members."""
-    d = G.nodes[n]
+    d = G._node[n]
     kind = ops.OPS[d["op"]].kind
+    if kind == ops.SOURCE:
+        return 0
     if kind == ops.CONTRACTION:
-        shapes = tuple(tuple(G.nodes[u]["shape"]) for u in ir.operands(G, n))
+        nodes = G._node
+        shapes = tuple(tuple(nodes[u]["shape"]) for u in ir.operands(G, n))
         path = d["attrs"].get("path") if len(shapes) > 2 else None
         return _contraction_flops(d["attrs"]["equation"], shapes,
                                   None if path is None else tuple(map(tuple, path)))

@@ -128,6 +128,10 @@ def assign_arena_offsets(intervals: dict, sizes: dict, inplace: dict | None = No
     offsets: dict[int, int] = {}
     buffers = []
     for members in buffer_groups(intervals, sizes, inplace or {}).values():
+        if len(members) == 1:
+            n = members[0]
+            buffers.append((sizes[n], intervals[n][0], intervals[n][1], n, members))
+            continue
         first = min(intervals[n][0] for n in members)
         last = max(intervals[n][1] for n in members)
         buffers.append((max(sizes[n] for n in members), first, last, min(members), members))
@@ -135,24 +139,24 @@ def assign_arena_offsets(intervals: dict, sizes: dict, inplace: dict | None = No
     # vectorized test over their intervals (a scan in Python was quadratic)
     firsts = np.zeros(len(buffers), dtype=np.int64)
     lasts = np.zeros(len(buffers), dtype=np.int64)
-    placed: list[tuple[int, int]] = []   # (offset, size)
+    placed: list[tuple[int, int]] = []   # (offset, aligned end)
+    arena = 0
     for size, first, last, _, members in sorted(buffers, key=lambda b: (-b[0], b[1], b[3])):
         offset = 0
         if size > 0:
             k = len(placed)
             live = np.flatnonzero((firsts[:k] <= last) & (lasts[:k] >= first)).tolist()
-            busy = sorted(placed[i] for i in live)
-            best_gap, top = None, 0
-            for o, s in busy:
-                gap = o - top
-                if gap >= size and (best_gap is None or gap < best_gap):
-                    best_gap, offset = gap, top
-                top = max(top, align(o + s))
-            if best_gap is None:
+            best_gap, top = -1, 0
+            for o, end in sorted([placed[i] for i in live]):
+                if o - top >= size and (best_gap < 0 or o - top < best_gap):
+                    best_gap, offset = o - top, top
+                if end > top:
+                    top = end
+            if best_gap < 0:
                 offset = top
             firsts[k], lasts[k] = first, last
-            placed.append((offset, size))
+            placed.append((offset, align(offset + size)))
+            arena = max(arena, offset + size)
         for n in members:
             offsets[n] = offset
-    arena = max((o + s for o, s in placed), default=0)
     return offsets, arena

@@ -34,7 +34,8 @@ class OptimizationReport:
     compile_seconds: float = 0.0
     cache_hit: bool = False
     plan_details: dict = field(default_factory=dict)   # a backend's own plan facts
-    _dot: str = ""
+    _dot: str | None = None
+    _graph: object = field(default=None, repr=False, compare=False)   # drawn on first ask
     _plan: object = field(default=None, repr=False, compare=False)   # weakref to the plan
 
     @classmethod
@@ -60,7 +61,7 @@ class OptimizationReport:
                         for s in plan.steps]
         self.plan_details = dict(getattr(plan, "details", None) or {})
         self._plan = weakref.ref(plan)
-        self._dot = to_dot(plan.graph)
+        self._graph, self._dot = plan.graph, None
 
     def thread_info(self) -> dict | None:
         """The thread budget the plan's calls get now and where it comes from, with the
@@ -229,6 +230,8 @@ class OptimizationReport:
 
     def to_dot(self) -> str:
         """The optimized graph in Graphviz DOT, fused groups drawn as clusters."""
+        if self._dot is None:
+            self._dot = to_dot(self._graph) if self._graph is not None else ""
         return self._dot
 
 

@@ -86,6 +86,31 @@ def test_topo_order_copy_replace_and_derived():
     assert ir.nbytes(G, e) == 2 * 4 * 4
 
 
+@given(graphs())
+@settings(max_examples=25, deadline=None)
+def test_copy_graph_is_networkx_copy_with_own_dicts(g):
+    """copy_graph fills networkx's adjacency dicts itself: the same nodes, edges, keys and
+    orders as networkx's own copy, every node, attrs and edge dict its own, and the copy
+    mutable through networkx's API as any graph."""
+    G = g.to_ir()
+    H = ir.copy_graph(G)
+    assert list(H.nodes(data=True)) == list(G.nodes(data=True))
+    assert list(H.edges(keys=True, data=True)) == list(G.edges(keys=True, data=True))
+    assert [list(H.predecessors(n)) for n in H] == [list(G.predecessors(n)) for n in G]
+    assert ir.node_keys(H) == ir.node_keys(G) and H.graph == G.graph
+    for n in G:
+        assert H.nodes[n] is not G.nodes[n] and H.nodes[n]["attrs"] is not G.nodes[n]["attrs"]
+    for u, v, k in G.edges(keys=True):
+        assert H.edges[u, v, k] is not G.edges[u, v, k]
+        assert H.pred[v][u][k] is H.succ[u][v][k]
+    keys = ir.node_keys(G)
+    first = next(iter(H))
+    H.remove_node(first)
+    H.add_edge(max(H), max(H) + 1, arg=0)
+    assert ir.node_keys(G) == keys and first in G
+    ir.verify(G)
+
+
 def test_add_op_infers_and_locates_errors():
     G = small_graph()
     e = node_of(G, "einsum")
