@@ -3,9 +3,11 @@
 See DESIGN §2 for the public API; everything public is exported here."""
 
 from .compiler import compile
+from .eager import disable_jit
 from .errors import DTypeError, EinsumError, GraphError, InputError, ShapeError
 from .graph import Graph
 from .jit import contract, jit
+from .numpy_api import clip, std, var
 from .plan import Plan
 from .report import OptimizationReport
 from .serialize import load, save
@@ -60,10 +62,11 @@ __version__ = "0.1.0"
 
 __all__ = [
     "Graph", "Tensor", "Plan", "OptimizationReport", "compile", "jit", "contract", "save",
-    "load", "thread_budget", "GraphError", "ShapeError", "DTypeError", "EinsumError", "InputError",
+    "load", "thread_budget", "disable_jit", "GraphError", "ShapeError", "DTypeError",
+    "EinsumError", "InputError",
     "einsum", "matmul", "exp", "log", "sqrt", "abs", "neg", "tanh", "sigmoid", "relu", "gelu",
     "sin", "cos", "square", "reciprocal", "conj", "real", "imag", "add", "sub", "mul", "div",
     "pow", "maximum", "minimum", "where", "equal", "not_equal", "less", "less_equal",
     "greater", "greater_equal", "sum", "max", "min", "mean", "softmax", "logsumexp",
-    "reshape", "transpose", "broadcast_to", "astype",
+    "reshape", "transpose", "broadcast_to", "astype", "var", "std", "clip",
 ]

@@ -9,6 +9,7 @@ from collections import OrderedDict
 
 import numpy as np
 
+from . import eager
 from .errors import GraphError
 from .graph import Graph
 from .tensor import Tensor, einsum, tracing
@@ -42,7 +43,8 @@ def jit(fn=None, **compile_kwargs):
     Array arguments become graph inputs (named after the parameters); other arguments are
     static: part of the cache key and baked into the graph. ``fn`` returns a Tensor, a
     tuple/list of them or a dict, and the call returns the same structure of arrays.
-    ``wrapper.plan_for(*args)`` returns the plan a call would run.
+    ``wrapper.plan_for(*args)`` returns the plan a call would run. Under
+    ``go.disable_jit()`` (or ``$GRAPHOPT_DISABLE_JIT=1``) calls run ``fn`` eagerly instead.
     """
     if fn is None:
         return lambda f: jit(f, **compile_kwargs)
@@ -110,6 +112,8 @@ def jit(fn=None, **compile_kwargs):
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
+        if eager.jit_disabled():
+            return eager.run(fn, args, kwargs)
         plan, arrays = plan_for(*args, **kwargs)
         return plan(*arrays)
 

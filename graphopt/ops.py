@@ -28,6 +28,7 @@ ELEMENTWISE = "elementwise"  # broadcasting map over operands
 REDUCTION = "reduction"      # sum/max/min/mean over axes
 CONTRACTION = "contraction"  # einsum
 LAYOUT = "layout"            # reshape, transpose, broadcast_to
+SLICE = "slice"              # a strided window of one operand (NumPy's basic indexing)
 FUSED = "fused"              # a fused group holding a sub-DAG
 
 
@@ -322,6 +323,33 @@ register_op(OpDef("transpose", LAYOUT, lambda a, attrs: np.transpose(a[0], attrs
 register_op(OpDef("broadcast_to", LAYOUT,
                   lambda a, attrs: np.broadcast_to(a[0], attrs["shape"]),
                   _broadcast_to_infer, 1))
+
+
+def window_index(window) -> tuple:
+    """The NumPy index of a ``slice`` op's ``window`` (a ``(start, step, count)`` per dim:
+    elements ``start + i * step`` for ``i < count``); a negative step's stop below 0 is
+    None, since -1 would wrap to the last element."""
+    out = []
+    for start, step, count in window:
+        stop = start + count * step
+        out.append(slice(start, stop if stop >= 0 else None, step) if count else slice(0, 0))
+    return tuple(out)
+
+
+def _slice_infer(shapes, dtypes, attrs):
+    (shape,), window = shapes, tuple(tuple(w) for w in attrs["window"])
+    if len(window) != len(shape):
+        raise ShapeError(f"window {window} has {len(window)} dims, the operand {len(shape)}")
+    for d, (start, step, count) in zip(shape, window):
+        if step == 0 or count < 0 or count and not (
+                0 <= start < d and 0 <= start + (count - 1) * step < d):
+            raise ShapeError(f"window {window} does not fit shape {tuple(shape)}")
+    return tuple(w[2] for w in window), dtypes[0]
+
+
+# a copy: the value is the graph's own, never a view of an input the user may change
+register_op(OpDef("slice", SLICE, lambda a, attrs: a[0][window_index(attrs["window"])].copy(),
+                  _slice_infer, 1))
 
 
 # ------------------------------------------------------------------------------ contraction

@@ -87,7 +87,17 @@ class Tensor:
 
     def __bool__(self):
         raise GraphError("a Tensor has no truth value while a graph is built (data-dependent "
-                         "Python control flow cannot be traced); use go.where", src=user_src())
+                         "Python control flow cannot be traced); use go.where, or run the "
+                         "function eagerly under go.disable_jit() to debug", src=user_src())
+
+    def _no_value(self, call: str):
+        raise GraphError(f"{call} of a Tensor: it has no value while a graph is built; return "
+                         "it from the function, or run eagerly under go.disable_jit() to "
+                         "debug", src=user_src())
+
+    def __float__(self): self._no_value("float()")
+    def __int__(self): self._no_value("int()")
+    def __complex__(self): self._no_value("complex()")
 
     def __array__(self, *a, **k):
         raise GraphError("a Tensor is symbolic and cannot become a NumPy array; run the "

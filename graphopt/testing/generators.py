@@ -258,12 +258,37 @@ def _reduce(b: Builder) -> bool:
     return True
 
 
+@st.composite
+def basic_indices(draw, shape) -> tuple:
+    """A NumPy basic index into ``shape``: per dim an int (either sign), a slice (any
+    bounds, steps of either sign) or all; ``None`` inserted and a ``...`` where drawn."""
+    key = []
+    for d in shape:
+        form = draw(st.sampled_from(("all", "slice", "int") if d else ("all", "slice")))
+        if form == "int":
+            key.append(draw(st.integers(-d, d - 1)))
+        elif form == "slice":
+            bound = st.none() | st.integers(-d - 2, d + 2)
+            key.append(slice(draw(bound), draw(bound),
+                             draw(st.none() | st.integers(-3, 3).filter(bool))))
+        else:
+            key.append(slice(None))
+    for _ in range(draw(st.integers(0, 2))):
+        key.insert(draw(st.integers(0, len(key))), None)
+    if draw(st.booleans()):       # a ``...`` standing for a run of whole dims
+        at = draw(st.integers(0, len(key)))
+        n = draw(st.integers(0, len(key) - at))
+        if all(k == slice(None) for k in key[at:at + n]):
+            key[at:at + n] = [Ellipsis]
+    return tuple(key)
+
+
 def _layout(b: Builder) -> bool:
     it = b.pick()
     if it is None:
         return False
     t, shape = it.t, it.t.shape
-    kind = b.draw(st.sampled_from(("reshape", "transpose", "T", "broadcast_to")))
+    kind = b.draw(st.sampled_from(("reshape", "transpose", "T", "broadcast_to", "index")))
     if kind == "reshape":
         factors = [p for d in shape for p in _prime_factors(d)]
         new, i = [], 0
@@ -285,6 +310,9 @@ def _layout(b: Builder) -> bool:
                for d in shape]
         new = [b.draw(st.integers(1, b.max_dim)) for _ in range(b.draw(st.integers(0, 1)))] + new
         make = lambda _: gb.broadcast_to(t, tuple(new))
+    elif kind == "index":
+        key = b.draw(basic_indices(shape))
+        make = lambda _: t[key]
     else:
         make = lambda _: t.T
     b.emit(lambda v: b.add(make(v), it.bound, it.exact))

@@ -167,7 +167,7 @@ def _collect(strategy, n=60):
 
 def test_graphs_cover_the_promised_features():
     ops, eqs, dtypes, features = Counter(), [], Counter(), Counter()
-    for g in _collect(graphs(), 120):
+    for g in _collect(graphs(), 200):
         G = g.to_ir()
         ir.verify(G)
         live = set(G.graph["outputs"])
@@ -194,7 +194,8 @@ def test_graphs_cover_the_promised_features():
                     features["einsum chain"] += 1
         features[f"outputs:{G.graph['output_structure']['kind']}"] += 1
     for op in ("einsum", "add", "sub", "mul", "div", "exp", "log", "sqrt", "tanh", "sum", "max",
-               "mean", "reshape", "transpose", "broadcast_to", "astype", "const", "where", "lt"):
+               "mean", "reshape", "transpose", "broadcast_to", "slice", "astype", "const", "where",
+               "lt"):
         assert ops[op] > 0, (op, ops)
     for dt in ("float32", "float64", "complex128", "int64", "bool"):
         assert dtypes[dt] > 0, dtypes
