@@ -136,11 +136,13 @@ _contract_plans: OrderedDict = OrderedDict()
 _contract_lock = threading.Lock()
 
 
-def contract(eq, *arrays, **compile_kwargs):
+def contract(eq, *arrays, out=None, **compile_kwargs):
     """One-shot einsum through the compiler: a drop-in for ``np.einsum`` and
     ``opt_einsum.contract``, in the equation form or the interleaved form
     (``contract(a, [0, 1], b, [1, 2], [0, 2])``, any hashable labels). Plans are cached per
-    (equation, shapes, dtypes, options)."""
+    (equation, shapes, dtypes, options). ``out`` receives the result as ``np.einsum``'s does
+    (the result's shape, a dtype it casts to safely); ``optimize=True`` is ``"auto"``; other
+    keywords are ``go.compile``'s."""
     if not isinstance(eq, str):
         from .einsum import interleaved_to_equation
 
@@ -148,6 +150,11 @@ def contract(eq, *arrays, **compile_kwargs):
             eq, arrays = interleaved_to_equation((eq, *arrays))
         except GraphError as e:
             raise e.located(op="einsum") from None
+    if compile_kwargs.get("optimize") is True:
+        compile_kwargs["optimize"] = "auto"
+    elif compile_kwargs.get("optimize") is False:
+        raise GraphError("go.contract(optimize=False): graphopt always orders a contraction; "
+                         "pass optimize='auto' (or a path search name)", op="einsum")
     arrays = [x if _is_array(x) else np.asarray(x) for x in arrays]
     key = (eq, tuple((tuple(a.shape), np.dtype(a.dtype).name) for a in arrays),
            tuple(sorted((k, repr(v)) for k, v in compile_kwargs.items())))
@@ -164,4 +171,19 @@ def contract(eq, *arrays, **compile_kwargs):
             _contract_plans[key] = plan
             while len(_contract_plans) > 256:
                 _contract_plans.popitem(last=False)
-    return plan(*arrays)
+    result = plan(*arrays)
+    return result if out is None else _into(out, result, eq)
+
+
+def _into(out, result, eq: str):
+    """``result`` written into ``out`` under np.einsum's rules for ``out``."""
+    if not isinstance(out, np.ndarray) or out.shape != result.shape:
+        raise GraphError(f"einsum {eq!r}: out= must be an ndarray of the result's shape "
+                         f"{result.shape}, got {type(out).__name__} "
+                         f"{getattr(out, 'shape', '')}", op="einsum")
+    if not np.can_cast(result.dtype, out.dtype, "safe"):
+        raise GraphError(f"einsum {eq!r}: the result is {result.dtype}, which out= of dtype "
+                         f"{out.dtype} cannot hold without loss (np.einsum's 'safe' casting)",
+                         op="einsum")
+    np.copyto(out, result)
+    return out

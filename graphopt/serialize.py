@@ -75,10 +75,21 @@ def graph_to_json(G: nx.MultiDiGraph) -> str:
 
 
 def save(graph, path) -> None:
-    """Write a ``go.Graph`` (or IR graph) to ``path`` as JSON (atomically)."""
+    """Write a ``go.Graph``, an IR graph or a ``Plan``'s graph (the one it was compiled
+    from: ``go.compile(go.load(path))`` builds the plan again, its kernels from the disk
+    cache) to ``path`` as JSON (atomically)."""
     from .graph import Graph
+    from .plan import Plan
 
-    G = graph.to_ir() if isinstance(graph, Graph) else graph
+    if isinstance(graph, Graph):
+        G = graph.to_ir()
+    elif isinstance(graph, Plan):
+        G = graph.source_graph
+    elif isinstance(graph, nx.MultiDiGraph):
+        G = graph
+    else:
+        raise GraphError(f"go.save takes a go.Graph, an IR graph or a Plan, got "
+                         f"{type(graph).__name__}")
     write_atomic(os.fspath(path), graph_to_json(G))
 
 

@@ -307,6 +307,24 @@ def test_contract_caches_and_converts(rng):
         go.contract("ij,jk", a, np.ones((4, 2)), backend="numpy")
 
 
+def test_contract_out_and_optimize_as_numpy_einsum(rng):
+    a, b = rng.standard_normal((3, 4)), rng.standard_normal((4, 2))
+    out = np.zeros((3, 2))
+    assert go.contract("ij,jk->ik", a, b, out=out, optimize=True) is out
+    np.testing.assert_allclose(out, np.einsum("ij,jk->ik", a, b, optimize=True), rtol=1e-12)
+    wide = np.zeros((3, 2), np.complex128)       # a safe cast, as np.einsum allows
+    go.contract("ij,jk->ik", a, b, out=wide)
+    np.testing.assert_allclose(wide.real, out, rtol=1e-12)
+    with pytest.raises(go.GraphError, match="out= must be an ndarray of the result's shape"):
+        go.contract("ij,jk->ik", a, b, out=np.zeros((2, 3)))
+    with pytest.raises(go.GraphError, match="float64, which out= of dtype float32 cannot"):
+        go.contract("ij,jk->ik", a, b, out=np.zeros((3, 2), np.float32))
+    with pytest.raises(go.GraphError, match="always orders"):
+        go.contract("ij,jk->ik", a, b, optimize=False)
+    with pytest.raises(go.GraphError, match=r"unknown option\(s\) \['casting'\]"):
+        go.contract("ij,jk->ik", a, b, casting="unsafe")
+
+
 def test_non_array_inputs_convert_only_when_exact():             # ISSUE 12: 22
     g = go.Graph()
     x = g.input("x", (2,), "int32")

@@ -69,6 +69,20 @@ def test_save_and_load_files(tmp_path, rng):
         g.to_ir())
 
 
+def test_save_a_plan_writes_the_graph_it_was_compiled_from(tmp_path, rng):
+    g = go.Graph("p")
+    x = g.input("x", (3, 4))
+    g.output(go.softmax(x * 2, axis=-1))
+    plan = go.compile(g)
+    go.save(plan, tmp_path / "plan.json")
+    again = go.compile(go.load(tmp_path / "plan.json"))
+    a = rng.random((3, 4))
+    np.testing.assert_array_equal(again(a), plan(a))
+    with pytest.raises(go.GraphError, match="go.save takes a go.Graph, an IR graph or a Plan, "
+                                            "got Tensor"):
+        go.save(x, tmp_path / "t.json")
+
+
 def test_fused_subgraphs_and_arrays_round_trip():
     sub = ir.new_graph("group")
     a = ir.add_node(sub, "input", [], (3,), "float64", name="in0")
