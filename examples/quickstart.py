@@ -3,6 +3,9 @@
 Run: python examples/quickstart.py
 """
 
+import os
+import tempfile
+
 import numpy as np
 
 import graphopt as go
@@ -42,7 +45,10 @@ print(plan.report)
 prof = plan.profile(**args, repeat=5)
 print(prof.summary())
 print(prof.bottlenecks())       # compute-, memory- or overhead-bound, against this machine
-prof.to_chrome_trace("quickstart-trace.json")  # open in https://ui.perfetto.dev
+out_dir = tempfile.mkdtemp(prefix="graphopt-quickstart-")   # nothing lands in your checkout
+trace = os.path.join(out_dir, "trace.json")
+prof.to_chrome_trace(trace)     # open in https://ui.perfetto.dev
+print("Chrome trace written to", trace)
 
 # 6. Trace a Python function instead of building the graph by hand: compiled once per
 #    input signature (shapes, dtypes, static arguments), then cached.
@@ -62,6 +68,23 @@ a, b, c = rng.standard_normal((30, 40)), rng.standard_normal((40, 50)), rng.stan
 print("contract:", np.allclose(go.contract("ij,jk,k->i", a, b, c), a @ b @ c))
 
 # 8. Graphs save to (validated, versioned) JSON and load back.
-go.save(g, "mlp.graph.json")
-print("reloaded plan matches:", np.allclose(go.compile(go.load("mlp.graph.json"))(**args)["y"],
-                                            out["y"]))
+saved = os.path.join(out_dir, "mlp.graph.json")
+go.save(g, saved)
+print("reloaded plan matches:", np.allclose(go.compile(go.load(saved))(**args)["y"], out["y"]))
+
+# 9. NumPy code traces as it is: np.* functions, methods and basic indexing on traced values
+#    build graph ops (anything without one is an error naming an alternative). Under
+#    go.disable_jit() the same function runs op by op on real arrays, for print/pdb.
+
+
+@go.jit
+def layer_norm_head(x, w):
+    h = np.einsum("sd,de->se", x, w)
+    h = (h - h.mean(axis=-1, keepdims=True)) / np.sqrt(h.var(axis=-1, keepdims=True) + 1e-5)
+    return np.clip(h[:, :16], -3, 3)
+
+
+x8, w8 = rng.standard_normal((32, 64)), rng.standard_normal((64, 48))
+with go.disable_jit():
+    eager = layer_norm_head(x8, w8)
+print("traced NumPy == eager run:", np.allclose(layer_norm_head(x8, w8), eager))

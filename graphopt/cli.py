@@ -3,7 +3,8 @@
 ``graphopt demo`` builds three workloads (an MLP layer, attention, a tensor-network ring),
 compiles each, checks it against NumPy, prints the optimization report, a profile with
 each step's bottleneck, and writes one Chrome trace. ``graphopt report GRAPH.json``
-compiles a saved graph and prints its report.
+compiles a saved graph and prints its report. ``graphopt cache [--clear]`` shows (or
+empties) the on-disk kernel and path cache; ``graphopt --version``.
 """
 
 from __future__ import annotations
@@ -12,11 +13,12 @@ import argparse
 import json
 import os
 import sys
+import tempfile
 import time
 
 import numpy as np
 
-from . import GraphError, compile, load, workloads
+from . import GraphError, __version__, compile, disk_cache, load, workloads
 
 # The demo's workloads (``graphopt.workloads``, the graphs the tests and benchmarks use) at
 # sizes that compile and run in about a second: an MLP layer, attention, and an MPS ring of
@@ -60,6 +62,8 @@ def _merge_traces(docs: list[tuple[str, dict | list]], path: str) -> None:
 
 def cmd_demo(args) -> int:
     """``graphopt demo``: compile, check against NumPy, report and profile the demo workloads."""
+    if args.trace is None:   # never into the directory the demo is run from
+        args.trace = os.path.join(tempfile.mkdtemp(prefix="graphopt-demo-"), "trace.json")
     traces, failed = [], []
     for build, sizes in DEMO_WORKLOADS:
         w = build(**sizes, seed=args.seed)
@@ -107,6 +111,19 @@ def cmd_report(args) -> int:
     return 0
 
 
+def cmd_cache(args) -> int:
+    """``graphopt cache``: where the on-disk cache is and what it holds; ``--clear`` empties
+    it."""
+    if args.clear:
+        print(f"removed {disk_cache.clear()} files from {disk_cache.configured_dir()}")
+        return 0
+    u = disk_cache.usage()
+    print(f"cache directory: {u['dir']}{'' if u['exists'] else ' (not created yet)'}")
+    for kind, k in u["kinds"].items():
+        print(f"  {kind:8s} {k['files']:6d} files {k['bytes'] / 2**20:10.2f} MiB")
+    return 0
+
+
 def _positive_int(text: str) -> int:
     try:
         v = int(text)
@@ -127,6 +144,7 @@ class _Parser(argparse.ArgumentParser):
 def _parser() -> argparse.ArgumentParser:
     p = _Parser(prog="graphopt", description="Compile einsum computation graphs "
                                 "into fast, memory-planned plans.")
+    p.add_argument("--version", action="version", version=f"graphopt {__version__}")
     sub = p.add_subparsers(dest="command", required=True)
     common = _Parser(add_help=False)
     common.add_argument("--backend", default="auto",
@@ -134,8 +152,9 @@ def _parser() -> argparse.ArgumentParser:
     common.add_argument("--opt-level", type=int, default=2, choices=(0, 1, 2, 3))
     d = sub.add_parser("demo", parents=[common], help="compile an MLP, attention and a "
                        "tensor network; check them against NumPy; print reports")
-    d.add_argument("--trace", default="graphopt-demo-trace.json",
-                   help="Chrome trace output path ('' for none)")
+    d.add_argument("--trace", default=None,
+                   help="Chrome trace output path (default: trace.json in a new temporary "
+                   "directory; '' for none)")
     d.add_argument("--repeat", type=_positive_int, default=5, help="profiled runs per workload")
     d.add_argument("--seed", type=int, default=None,
                    help="seed of the random inputs (default: each workload's own)")
@@ -145,6 +164,10 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("graph", help="path of a graph JSON file")
     r.add_argument("--format", default="text", choices=("text", "markdown", "json", "dot"))
     r.set_defaults(fn=cmd_report)
+    c = sub.add_parser("cache", help="show the on-disk cache (kernels, paths, timings): "
+                       "where it is and its size")
+    c.add_argument("--clear", action="store_true", help="remove graphopt's files from it")
+    c.set_defaults(fn=cmd_cache)
     return p
 
 

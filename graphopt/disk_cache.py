@@ -218,3 +218,45 @@ def prune(pattern: str, keep: int) -> int:
 
 
 _INVALID = object()
+
+
+# What graphopt writes in the cache directory: generated kernel sources and numba's compiled
+# forms of them, contraction paths, kernel-form timings. Nothing else there is touched.
+CACHE_KINDS = {"kernels": ("k_*.py", "__pycache__/k_*"), "paths": ("path_*.json",),
+               "timings": ("timings_*.json",)}
+
+
+def _cache_files(d: str) -> dict[str, list[str]]:
+    return {kind: [f for p in pats for f in glob.glob(os.path.join(d, p))]
+                  for kind, pats in CACHE_KINDS.items()}
+
+
+def usage() -> dict:
+    """The configured cache directory and, per kind of file graphopt keeps there, how many
+    files and bytes (nothing is created or read beyond ``stat``)."""
+    d = configured_dir()
+    out = {"dir": d, "exists": os.path.isdir(d), "kinds": {}}
+    for kind, files in _cache_files(d).items():
+        sizes = []
+        for f in files:
+            try:
+                sizes.append(os.stat(f).st_size)
+            except OSError:
+                pass
+        out["kinds"][kind] = {"files": len(sizes), "bytes": sum(sizes)}
+    return out
+
+
+def clear() -> int:
+    """Remove the files graphopt keeps in the configured cache directory (kernels, their
+    numba caches, paths, timings); how many were removed. Other files are left alone."""
+    removed = 0
+    for files in _cache_files(configured_dir()).values():
+        for f in files:
+            try:
+                os.unlink(f)
+                removed += 1
+            except OSError:
+                pass
+    return removed
+

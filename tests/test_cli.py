@@ -1,4 +1,5 @@
-"""The command line (``graphopt demo``, ``graphopt report``) and the runnable examples."""
+"""The command line (``graphopt demo``, ``report``, ``cache``, ``--version``) and the runnable
+examples."""
 
 import json
 import os
@@ -27,6 +28,15 @@ def test_demo_checks_against_numpy_and_prints_reports(tmp_path, capsys):
         doc = json.loads(trace.read_text())
         assert doc["traceEvents"]
     assert not [p for p in tmp_path.iterdir() if p.name != "trace.json"]  # no temp files left
+
+
+def test_demo_writes_its_trace_outside_the_working_directory(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(cli, "DEMO_WORKLOADS", cli.DEMO_WORKLOADS[:1])
+    assert cli.main(["demo", "--backend", "numpy", "--repeat", "1"]) == 0
+    written = capsys.readouterr().out.split("Chrome trace written to ")[1].split()[0]
+    assert json.loads(pathlib.Path(written).read_text())["traceEvents"]
+    assert not list(tmp_path.iterdir())
 
 
 def test_demo_fails_loudly_on_a_wrong_result(monkeypatch, capsys):
@@ -76,6 +86,28 @@ def test_report_command(tmp_path, capsys):
     assert cli.main(["report", str(tmp_path / "missing.json")]) == 2
 
 
+def test_version_and_cache_commands(tmp_path, monkeypatch, capsys):
+    with pytest.raises(SystemExit) as e:
+        cli.main(["--version"])
+    assert e.value.code == 0 and capsys.readouterr().out.strip() == f"graphopt {go.__version__}"
+    monkeypatch.setenv("GRAPHOPT_CACHE_DIR", str(tmp_path / "cache"))
+    assert cli.main(["cache"]) == 0
+    assert "(not created yet)" in capsys.readouterr().out
+    g = go.Graph("cached")
+    x = g.input("x", (64,))
+    g.output(go.tanh(x) * 2 + 1)
+    go.compile(g, backend="numba", cache=False)(np.ones(64))
+    (tmp_path / "cache" / "mine.txt").write_text("not graphopt's")
+    assert cli.main(["cache"]) == 0
+    shown = capsys.readouterr().out
+    kernels = int(shown.split("kernels")[1].split()[0])
+    assert str(tmp_path / "cache") in shown and kernels >= 1
+    assert cli.main(["cache", "--clear"]) == 0
+    assert f"removed {kernels}" in capsys.readouterr().out
+    assert sorted(p.name for p in (tmp_path / "cache").iterdir()
+                  if p.is_file()) == ["mine.txt"]       # only graphopt's files go
+
+
 def test_python_dash_m_help():
     out = subprocess.run([sys.executable, "-m", "graphopt", "--help"], capture_output=True,
                          text=True, timeout=120, cwd=ROOT)
@@ -93,6 +125,7 @@ def test_examples_run(script, tmp_path):
                          text=True, timeout=300, cwd=tmp_path, env=env)
     assert out.returncode == 0, out.stderr[-3000:]
     assert "graphopt report" in out.stdout
+    assert not list(tmp_path.iterdir())       # its files go to a temporary directory
 
 
 @pytest.mark.parametrize("argv", [["demo", "--repeat", "0"], ["demo", "--repeat", "x"],
