@@ -12,12 +12,12 @@ are (never a view of an argument). The names follow ``jax.disable_jit``.
 from __future__ import annotations
 
 import contextlib
-import os
 import threading
 
 import numpy as np
 
 from . import interpreter, ir, ops
+from .env import env_flag
 from .errors import GraphError
 from .graph import Graph
 from .tensor import Tensor, tracing
@@ -29,13 +29,7 @@ ENV_VAR = "GRAPHOPT_DISABLE_JIT"
 def jit_disabled() -> bool:
     """Whether ``@go.jit`` functions run eagerly now: inside ``disable_jit()`` on this
     thread, else by ``$GRAPHOPT_DISABLE_JIT`` ("1" yes; "0" or unset no)."""
-    inside = getattr(_state, "depth", 0)
-    if inside:
-        return True
-    value = os.environ.get(ENV_VAR, "").strip()
-    if value not in ("", "0", "1"):
-        raise GraphError(f"${ENV_VAR} must be 0 or 1, got {value!r}")
-    return value == "1"
+    return bool(getattr(_state, "depth", 0)) or env_flag(ENV_VAR)
 
 
 @contextlib.contextmanager

@@ -175,6 +175,10 @@ def test_misspelled_options_and_pass_names_are_errors_that_list_the_valid_ones(m
     with pytest.raises(go.GraphError, match="GRAPHOPT_DISABLE: unknown pass"):
         go.compile(g, backend="numpy", cache=False)
     monkeypatch.delenv("GRAPHOPT_DISABLE")
+    monkeypatch.setenv("GRAPHOPT_DEBUG", "yes")      # a switch is 0 or 1, never a guess
+    with pytest.raises(go.GraphError, match=r"\$GRAPHOPT_DEBUG must be 0 or 1, got 'yes'"):
+        go.compile(g, backend="numpy", cache=False)
+    monkeypatch.delenv("GRAPHOPT_DEBUG")
     plan = go.compile(g, backend="numpy", fold_limit_bytes=1 << 10, disable={"fusion"},
                       cache=False)
     assert plan.options["fold_limit_bytes"] == 1 << 10

@@ -18,6 +18,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 import networkx as nx
 
 from .. import ir
+from ..env import env_flag
 from ..errors import GraphError
 from .instruments import CheckSemantics, DumpIR, PassInstrument
 
@@ -173,8 +174,7 @@ class PassManager:
         self.disable = set(disable) | env_disabled()
         self.unsupported = dict(unsupported or {})
         self.verify = verify
-        self.debug = bool(int(os.environ.get("GRAPHOPT_DEBUG", "0") or 0)) if debug is None \
-            else debug
+        self.debug = env_flag("GRAPHOPT_DEBUG") if debug is None else debug
         self.dump_dir = dump_dir if dump_dir is not None else os.environ.get("GRAPHOPT_DUMP")
         self.instruments = list(instruments) + [CheckSemantics()] * self.debug + \
             ([DumpIR(self.dump_dir)] if self.dump_dir else [])
