@@ -32,6 +32,7 @@ import tempfile
 import threading
 import warnings
 
+from .errors import GraphError
 from .serialize import write_atomic
 
 _lock = threading.RLock()
@@ -249,9 +250,16 @@ def usage() -> dict:
 
 def clear() -> int:
     """Remove the files graphopt keeps in the configured cache directory (kernels, their
-    numba caches, paths, timings); how many were removed. Other files are left alone."""
+    numba caches, paths, timings); how many were removed. Other files are left alone, and a
+    directory graphopt would not use (another user's, or writable by others) is refused."""
+    d = configured_dir()
+    if not os.path.isdir(d):
+        return 0
+    reason = untrusted_reason(d)
+    if reason is not None:
+        raise GraphError(f"not clearing {d}: {reason}")
     removed = 0
-    for files in _cache_files(configured_dir()).values():
+    for files in _cache_files(d).values():
         for f in files:
             try:
                 os.unlink(f)

@@ -106,6 +106,9 @@ def test_version_and_cache_commands(tmp_path, monkeypatch, capsys):
     assert f"removed {kernels}" in capsys.readouterr().out
     assert sorted(p.name for p in (tmp_path / "cache").iterdir()
                   if p.is_file()) == ["mine.txt"]       # only graphopt's files go
+    os.chmod(tmp_path / "cache", 0o777)                 # a directory graphopt would not use
+    assert cli.main(["cache", "--clear"]) == 2
+    assert "not clearing" in capsys.readouterr().err
 
 
 def test_python_dash_m_help():
