@@ -2,6 +2,8 @@
 
 See DESIGN §2 for the public API; everything public is exported here."""
 
+import logging as _logging
+
 from .compiler import compile
 from .eager import disable_jit
 from .errors import DTypeError, EinsumError, GraphError, InputError, ShapeError
@@ -59,6 +61,9 @@ from .tensor import (
 from .threads import thread_budget
 
 __version__ = "0.1.0"
+
+# a library logs and leaves the handlers to the application (logging's HOWTO)
+_logging.getLogger(__name__).addHandler(_logging.NullHandler())
 
 __all__ = [
     "Graph", "Tensor", "Plan", "OptimizationReport", "compile", "jit", "contract", "save",

@@ -6,6 +6,7 @@ the same graph again (or the same function traced again) returns the plan alread
 
 from __future__ import annotations
 
+import logging
 import math
 import numbers
 import threading
@@ -39,6 +40,8 @@ _CACHE: "OrderedDict[tuple, object]" = OrderedDict()
 # next call add up to at most this many bytes (the least recently compiled give theirs back
 # first): a plan the user dropped does not keep its working memory.
 CACHE_ENTRIES = 256
+SLOW_COMPILE_SECONDS = 1.0   # a compile this long is logged at INFO (else DEBUG)
+_log = logging.getLogger(__name__)
 CACHE_ARENA_BYTES = int(_env_number("GRAPHOPT_PLAN_CACHE_BYTES", 64 << 20))
 _cache_lock = threading.Lock()
 _warned_fallback = False
@@ -202,6 +205,11 @@ def compile(graph, backend: str = "auto", opt_level: int = 2, memory_limit=None,
     _check_predicted_peak(plan, memory_limit)
     report.attach_plan(plan)
     report.compile_seconds = time.perf_counter() - t0
+    slowest = max(records, key=lambda r: r.seconds, default=None)
+    _log.log(logging.INFO if report.compile_seconds >= SLOW_COMPILE_SECONDS else logging.DEBUG,
+             "compiled %r for backend %s in %.3f s (%d passes%s)", report.name, backend_name,
+             report.compile_seconds, len(records), "" if slowest is None else
+             f"; slowest: {slowest.name} {slowest.seconds:.3f} s")
     if cacheable:
         with _cache_lock:
             _CACHE[key] = plan

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import threading
 import time
 from collections import OrderedDict
@@ -46,6 +47,8 @@ from . import disk_cache
 from .errors import GraphError
 from .paths import Steps, play
 
+_log = logging.getLogger(__name__)
+SLOW_SECONDS = 1.0         # a search this long is logged at INFO (else DEBUG)
 SEARCH_FRACTION = 0.5
 DEFAULT_MAX_SECONDS = 20.0
 COMBO_RATE = 1e10          # combo cost per second assumed when sizing the default budget
@@ -264,6 +267,10 @@ def search(terms, output, sizes, time_budget: float | None, start: Steps | None 
             best = s
 
     trials, searcher = 0, "greedy"
+    if budget() >= SLOW_SECONDS:      # say why a compile is about to take a while
+        _log.info("searching a contraction path for %d operands for up to %.1f s (greedy's "
+                  "combo cost %.3g; compile(path_time=...) sets the budget)", len(terms),
+                  budget(), best.combo)
     if len(terms) > 2 and time_budget != 0:
         # random-greedy first (cheap, and on some networks hard to beat), its best
         # reconfigured, then cotengra's hyper-optimizer where the budget is worth it
@@ -307,6 +314,9 @@ def search(terms, output, sizes, time_budget: float | None, start: Steps | None 
             trials += hyper_trials.trials
             searcher = f"{searcher}, then {_HyperTrials.name}"
     seconds = time.perf_counter() - t0
+    _log.log(logging.INFO if seconds >= SLOW_SECONDS else logging.DEBUG,
+             "path search for %d operands: %s, %d trials in %.2f s, combo cost %.3g (greedy "
+             "%.3g)", len(terms), searcher, trials, seconds, best.combo, first.combo)
     return best, {"searcher": searcher, "trials": trials, "seconds": round(seconds, 4),
                   "budget_seconds": budget(),
                   "estimated_run_seconds": estimated_seconds(best),

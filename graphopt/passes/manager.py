@@ -10,6 +10,7 @@ reports its own facts in ``details``. Instruments (``instruments.py``) watch the
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 from dataclasses import dataclass, field
@@ -62,6 +63,8 @@ class PassContext:
     # the contraction pass keeps its group as one node, run along its path.
     whole_contraction: bool = False
 
+
+_log = logging.getLogger(__name__)
 
 PASSES: dict[str, Callable] = {}
 # Compile options some pass reads from ``ctx.options`` (declared with ``register_pass``).
@@ -227,8 +230,19 @@ class PassManager:
                 instrument.after_pass(i, name, G, H, ctx)
             records.append(rec)
             done.append(name)
+            if _log.isEnabledFor(logging.DEBUG):   # details of big graphs are long to print
+                _log.debug("pass %s: %d -> %d nodes, %s in %.1f ms; %s", name,
+                           rec.nodes_before, rec.nodes_after,
+                           "changed" if rec.changed else "unchanged", seconds * 1e3,
+                           _summary(rec.details))
             G, known = H, after
         return G, records
+
+
+def _summary(details: dict, width: int = 300) -> str:
+    """A pass record's details on one log line (long values cut)."""
+    text = ", ".join(f"{k}={v!r}" for k, v in details.items())
+    return text if len(text) <= width else text[:width] + " ..."
 
 
 def _normalize(result, name) -> tuple[nx.MultiDiGraph, PassRecord]:
