@@ -1,7 +1,8 @@
 """Eager mode: run ``@go.jit`` functions op by op on real arrays, for debugging.
 
-Inside ``with go.disable_jit():`` (or with ``GRAPHOPT_DISABLE_JIT=1`` in the environment) a
-jitted function is not traced: it runs as plain Python on the arrays it is given, so
+Inside ``with go.disable_jit():`` (or with ``GRAPHOPT_DISABLE_JIT=1`` in the process's
+environment) a jitted function is not traced: it runs as plain Python on the arrays it is
+given, so
 ``print``, breakpoints and data-dependent branches work. NumPy code on those arrays is
 NumPy's; every graphopt op (``go.softmax``, ``go.einsum``, ...) runs at once through the
 reference interpreter (``interpreter.eval_node``) and returns an ndarray, after the same
@@ -28,20 +29,37 @@ ENV_VAR = "GRAPHOPT_DISABLE_JIT"
 
 def jit_disabled() -> bool:
     """Whether ``@go.jit`` functions run eagerly now: inside ``disable_jit()`` on this
-    thread, else by ``$GRAPHOPT_DISABLE_JIT`` ("1" yes; "0" or unset no)."""
-    return bool(getattr(_state, "depth", 0)) or env_flag(ENV_VAR)
+    thread, else by ``$GRAPHOPT_DISABLE_JIT`` ("1" yes; "0" or unset no), read once per
+    process at the first jitted call (a lookup per call would cost a tenth of a small
+    plan's call; as JAX reads ``JAX_DISABLE_JIT``)."""
+    global _from_env
+    if _active and getattr(_state, "depth", 0):
+        return True
+    if _from_env is None:
+        _from_env = env_flag(ENV_VAR)
+    return _from_env
+
+
+_from_env: bool | None = None
+_active = 0           # disable_jit blocks open on any thread: the common case asks no more
+_active_lock = threading.Lock()
 
 
 @contextlib.contextmanager
 def disable_jit():
     """Within the block, ``@go.jit`` functions run op by op with the interpreter (and
     graphopt ops on arrays return arrays)."""
+    global _active
+    with _active_lock:
+        _active += 1
     _state.depth = getattr(_state, "depth", 0) + 1
     try:
         with tracing(EagerGraph("eager")):
             yield
     finally:
         _state.depth -= 1
+        with _active_lock:
+            _active -= 1
 
 
 class EagerGraph(Graph):
