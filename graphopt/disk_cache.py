@@ -210,12 +210,20 @@ def prune(pattern: str, keep: int) -> int:
         except OSError:
             return 0.0
     files.sort(key=mtime)
-    for f in files[:len(files) - keep]:
+    _unlink_all(files[:len(files) - keep])
+    return len(files) - keep
+
+
+def _unlink_all(files) -> int:
+    """Remove ``files``, skipping any another process removed first; how many went."""
+    removed = 0
+    for f in files:
         try:
             os.unlink(f)
+            removed += 1
         except OSError:
             pass
-    return len(files) - keep
+    return removed
 
 
 _INVALID = object()
@@ -258,13 +266,4 @@ def clear() -> int:
     reason = untrusted_reason(d)
     if reason is not None:
         raise GraphError(f"not clearing {d}: {reason}")
-    removed = 0
-    for files in _cache_files(d).values():
-        for f in files:
-            try:
-                os.unlink(f)
-                removed += 1
-            except OSError:
-                pass
-    return removed
-
+    return sum(_unlink_all(files) for files in _cache_files(d).values())

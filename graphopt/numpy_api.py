@@ -346,8 +346,8 @@ HINTS = {
     "log2": "go.log(x) / math.log(2)", "log10": "go.log(x) / math.log(10)",
     "tan": "go.sin(x) / go.cos(x)", "sign": "go.where(x > 0, 1, 0) - go.where(x < 0, 1, 0)",
     "fmax": "go.maximum (NaN-propagating) or go.where", "fmin": "go.minimum or go.where",
-    "prod": "go.exp(go.sum(go.log(x))) for positive x", "matrix_transpose": "x.mT is not "
-    "supported; go.transpose(x, (..., -1, -2)) with the axes written out",
+    "prod": "go.exp(go.sum(go.log(x))) for positive x",
+    "matrix_transpose": "np.swapaxes(x, -1, -2)",
     "norm": "go.sqrt(go.sum(go.abs(x) ** 2))", "argmax": "a one-hot via x == x.max(axis, "
     "keepdims=True)", "concatenate": "separate outputs, or an einsum with selector "
     "matrices", "stack": "separate outputs, or an einsum with selector matrices",
