@@ -76,6 +76,7 @@ class Bottleneck:
     fraction: float
     threads: int = 1
     busy_cores: float = 0.0
+    roof: str = ""   # the peak ``fraction`` is of: "FLOP/s", or the bandwidth tier's key
 
     @property
     def oversubscribed(self) -> bool:
@@ -90,7 +91,7 @@ class Bottleneck:
         flag = "  oversubscribed" if self.oversubscribed else ""
         return (f"{self.name:<{width}}{self.bound:<10}{self.time_ns / 1e3:>11.1f}"
                 f"{self.gflops:>10.2f}{self.gbs:>9.2f}{self.fraction:>9.1%}"
-                f"{self.threads:>5}{self.busy_cores:>7.2f}{flag}")
+                f"  {self.roof:<8}{self.threads:>4}{self.busy_cores:>7.2f}{flag}")
 
 
 class Bottlenecks(list):
@@ -105,7 +106,7 @@ class Bottlenecks(list):
         w = max([len(b.name) + 2 for b in self] + [6])
         lines = [f"peaks: {head}",
                  f"{'step':<{w}}{'bound':<10}{'us':>11}{'GFLOP/s':>10}{'GB/s':>9}{'of peak':>9}"
-                 f"{'thr':>5}{'cores':>7}"]
+                 f"  {'roof':<8}{'thr':>4}{'cores':>7}"]
         return "\n".join(lines + [b.row(w) for b in self])
 
 
@@ -125,10 +126,31 @@ def _best_seconds(fn, *args, runs: int = 3, **kwargs) -> float:
     return max(best, 1e-9)
 
 
+# Working sets (bytes read + written) at which the cache bandwidths are measured: a step
+# that moves at most this many bytes is held to that roof, not DRAM's. Without them a step
+# whose data sits in cache read "195 % of peak" against the DRAM copy.
+CACHE_TIERS = (("gbs_l1", 16 << 10), ("gbs_l2", 512 << 10), ("gbs_l3", 8 << 20))
+
+
+def _copy_seconds(nbytes: int) -> float:
+    """Seconds per copy of ``nbytes / 2`` bytes, repeated in NumPy until 4 MiB have moved,
+    so that a cache-sized copy is timed over many calls, not one call's overhead."""
+    src = np.ones(max(nbytes // 16, 1))
+    dst = np.empty_like(src)
+    reps = max(1, (4 << 20) // max(nbytes, 1))
+
+    def run():
+        for _ in range(reps):
+            np.copyto(dst, src)
+    return _best_seconds(run) / reps
+
+
 def machine_peaks() -> dict:
-    """Measured host peaks, once per process (~0.2 s): ``{"gflops_float32",
-    "gflops_float64", "gbs"}`` from a 1024² NumPy GEMM per dtype and a 64 MiB copy (read +
-    write bytes). These are host numbers; for a device backend pass peaks explicitly."""
+    """Measured host peaks, once per process (~0.3 s): ``{"gflops_float32",
+    "gflops_float64", "gbs", "gbs_l1", "gbs_l2", "gbs_l3"}`` from a 1024² NumPy GEMM per
+    dtype, a 64 MiB copy (read + write bytes: DRAM) and copies that fit each working set
+    of ``CACHE_TIERS``. These are host numbers; for a device backend pass peaks
+    explicitly."""
     global _peaks
     with _peaks_lock:
         if _peaks is None:
@@ -141,6 +163,12 @@ def machine_peaks() -> dict:
             src = np.ones(1 << 23)
             dst = np.empty_like(src)
             peaks["gbs"] = 2 * src.nbytes / _best_seconds(np.copyto, dst, src) / 1e9
+            # A smaller working set is never slower than a larger one: a tier whose copy
+            # measured slower than the next (an L1 copy is a few calls' overhead) gets the
+            # next tier's bandwidth, so each roof bounds what steps of its size reach.
+            roof = peaks["gbs"]
+            for key, size in reversed(CACHE_TIERS):
+                roof = peaks[key] = max(size / _copy_seconds(size) / 1e9, roof)
             _peaks = peaks
         return dict(_peaks)
 
@@ -149,6 +177,15 @@ def _flop_peak(peaks: dict, dtype: str) -> float:
     single = dtype in ("float16", "float32", "complex64")
     key = "gflops_float32" if single else "gflops_float64"
     return float(peaks.get(key, peaks.get("gflops", 0.0)))
+
+
+def bandwidth_peak(peaks: dict, nbytes: int) -> float:
+    """The memory roof of a step that moves ``nbytes``: the bandwidth of the smallest
+    cache tier in ``peaks`` whose working set holds it, else ``peaks["gbs"]`` (DRAM)."""
+    for key, size in CACHE_TIERS:
+        if nbytes <= size and key in peaks:
+            return float(peaks[key])
+    return float(peaks.get("gbs", 0.0))
 
 
 # ---------------------------------------------------------------------------------- profile
@@ -186,12 +223,13 @@ class Profile:
         rows = self._rows()
         total = sum(t for _, t, _ in rows)
         w = max([len(e.name) + 2 for e, _, _ in rows] + [18])
+        wi = max([len(e.impl) + 2 for e, _, _ in rows] + [6])
         lines = [f"{'step':<{w}}{'us':>11}{'share':>8}{'GFLOP/s':>10}{'GB/s':>9}{'thr':>5}"
-                 f"{'cores':>7}  {'impl':<26}shape"]
+                 f"{'cores':>7}  {'impl':<{wi}}shape"]
         for e, t, busy in rows:
             lines.append(f"{e.name:<{w}}{t / 1e3:>11.1f}{t / total if total else 0:>8.1%}"
                          f"{_rate(e.flops, t):>10.2f}{_rate(e.bytes, t):>9.2f}{e.threads:>5}"
-                         f"{busy:>7.2f}  {e.impl[:25]:<26}{e.shape} {e.dtype}")
+                         f"{busy:>7.2f}  {e.impl:<{wi}}{e.shape} {e.dtype}")
         flops, nbytes = sum(e.flops for e, _, _ in rows), sum(e.bytes for e, _, _ in rows)
         lines.append(f"{f'total ({len(rows)} steps)':<{w}}{total / 1e3:>11.1f}"
                      f"{1 if total else 0:>8.0%}{_rate(flops, total):>10.2f}"
@@ -227,7 +265,7 @@ class Profile:
         peaks = machine_peaks() if peaks is None else dict(peaks)
         out = []
         for e, t, busy in self._rows():
-            pf, pb = _flop_peak(peaks, e.dtype), float(peaks.get("gbs", 0.0))
+            pf, pb = _flop_peak(peaks, e.dtype), bandwidth_peak(peaks, e.bytes)
             tc = e.flops / pf if pf > 0 else 0.0  # GFLOP/s == FLOP/ns
             tm = e.bytes / pb if pb > 0 else 0.0
             gflops, gbs = _rate(e.flops, t), _rate(e.bytes, t)
@@ -236,8 +274,10 @@ class Profile:
             else:
                 bound = "compute" if tc >= tm else "memory"
             frac = gflops / pf if tc >= tm and pf > 0 else gbs / pb if pb > 0 else 0.0
+            roof = "FLOP/s" if tc >= tm and pf > 0 else next(
+                (k for k, size in CACHE_TIERS if e.bytes <= size and k in peaks), "gbs")
             out.append(Bottleneck(e.step, e.name, bound, t, gflops, gbs, frac, e.threads,
-                                  busy))
+                                  busy, roof))
         return Bottlenecks(sorted(out, key=lambda b: -b.time_ns), peaks)
 
     def to_dict(self) -> dict:

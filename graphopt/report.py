@@ -10,11 +10,10 @@ import json
 import weakref
 from dataclasses import dataclass, field
 
-from . import cost, ir, threads
+import numpy as np
 
-
-def _mb(n: int) -> str:
-    return f"{n / 2**20:.2f} MiB" if n >= 2**16 else f"{n} B"
+from . import cost, ir, report_text, threads
+from .report_text import human_bytes as _mb
 
 
 @dataclass
@@ -34,6 +33,8 @@ class OptimizationReport:
     compile_seconds: float = 0.0
     cache_hit: bool = False
     plan_details: dict = field(default_factory=dict)   # a backend's own plan facts
+    dtypes: dict = field(default_factory=dict)   # inputs, outputs and where dtypes changed
+    node_info: dict = field(default_factory=dict, repr=False)   # node -> (op, user's line)
     _dot: str | None = None
     _graph: object = field(default=None, repr=False, compare=False)   # drawn on first ask
     _plan: object = field(default=None, repr=False, compare=False)   # weakref to the plan
@@ -41,10 +42,20 @@ class OptimizationReport:
     @classmethod
     def build(cls, *, name, backend, opt_level, records, source_graph,
               graph) -> "OptimizationReport":
-        return cls(name=name, backend=backend, opt_level=opt_level, records=list(records),
-                   flops_naive=cost.graph_flops(source_graph),
-                   flops_optimized=cost.graph_flops(graph),
-                   nodes_before=source_graph.number_of_nodes(), nodes_after=graph.number_of_nodes())
+        report = cls(name=name, backend=backend, opt_level=opt_level, records=list(records),
+                     flops_naive=cost.graph_flops(source_graph),
+                     flops_optimized=cost.graph_flops(graph),
+                     nodes_before=source_graph.number_of_nodes(),
+                     nodes_after=graph.number_of_nodes(), dtypes=dtype_facts(source_graph))
+        report._note_nodes(source_graph)
+        report._note_nodes(graph)
+        return report
+
+    def _note_nodes(self, G) -> None:
+        for n, d in G.nodes(data=True):
+            self.node_info.setdefault(n, (d["op"], d.get("src") or ""))
+            if d["op"] == "fused":
+                self._note_nodes(d["attrs"]["graph"])
 
     def attach_plan(self, plan) -> None:
         """Fill in the kernel table and memory plan from the lowered plan."""
@@ -62,6 +73,7 @@ class OptimizationReport:
         self.plan_details = dict(getattr(plan, "details", None) or {})
         self._plan = weakref.ref(plan)
         self._graph, self._dot = plan.graph, None
+        self._note_nodes(plan.graph)
 
     def thread_info(self) -> dict | None:
         """The thread budget the plan's calls get now and where it comes from, with the
@@ -100,13 +112,15 @@ class OptimizationReport:
                 "nodes_after": self.nodes_after, "memory": dict(self.memory),
                 "memory_measured": self.measured_memory(), "threads": self.thread_info(),
                 "compile_seconds": self.compile_seconds, "cache_hit": self.cache_hit,
+                "dtypes": dict(self.dtypes),
                 "passes": [r.to_dict() for r in self.records], "kernels": list(self.kernels),
                 **({"plan": dict(self.plan_details)} if self.plan_details else {})}
 
     def to_json(self, indent: int | None = 2) -> str:
         return json.dumps(self.to_dict(), indent=indent, default=_json_default)
 
-    def _header(self) -> list[str]:
+    def header_lines(self) -> list[str]:
+        """The report's head: name, compile time, nodes, FLOPs, memory, dtypes, threads."""
         lines = [f"graphopt report: {self.name!r}  backend={self.backend}  opt_level="
                  f"{self.opt_level}  compile {self.compile_seconds * 1e3:.1f} ms"
                  + ("  (cache hit)" if self.cache_hit else ""),
@@ -131,6 +145,7 @@ class OptimizationReport:
                 lines.append(f"  arenas in use: high water {_mb(measured['high_water_bytes'])}"
                              f" ({measured['max_concurrent_calls']} concurrent call(s)); pool "
                              f"high water {_mb(measured['pool']['high_water'])}")
+        lines += report_text.dtype_lines(self)
         t = self.thread_info()
         if t:
             layer = (f"; numba {t['numba_layer']}, idle workers {t['omp_wait_policy']}"
@@ -140,26 +155,7 @@ class OptimizationReport:
         return lines
 
     def __str__(self) -> str:
-        lines = self._header()
-        lines.append("")
-        lines.append(f"  {'pass':<14}{'ms':>8}  {'nodes':>11}  changed  details")
-        for r in self.records:
-            lines.append(f"  {r.name:<14}{r.seconds * 1e3:>8.2f}  {r.nodes_before:>5} ->"
-                         f"{r.nodes_after:>4}  {'yes' if r.changed else 'no ':<7}  "
-                         f"{summarize_details(r.details)}")
-        lines += self.contraction_lines() + self.slicing_lines()
-        if self.kernels:
-            lines.append("")
-            lines.append(f"  {'step':>4}  {'kernel':<28}{'impl':<26}{'shape':<18}"
-                         f"{'FLOPs':>10}  {'threads':<8}ops")
-            for k in self.kernels:
-                lines.append(f"  {k['step']:>4}  {k['name'][:27]:<28}{k['impl'][:25]:<26}"
-                             f"{str(tuple(k['shape']))[:17]:<18}{k['flops']:>10.3g}  "
-                             f"{'budget' if k.get('uses_threads') else '1':<8}"
-                             f"{' '.join(k['ops'])[:60]}")
-        if self.plan_details:
-            lines += ["", f"  plan: {summarize_details(self.plan_details, width=90)}"]
-        return "\n".join(lines)
+        return report_text.render(self)
 
     __repr__ = __str__
 
@@ -215,11 +211,11 @@ class OptimizationReport:
                        f"{_mb(self.memory['naive_bytes'])}"
                        f" | {_mb(self.memory['planned_bytes'])} (lower bound "
                        f"{_mb(self.memory['lower_bound_bytes'])}) |")
-        out += ["", "| pass | ms | nodes | changed | details |", "|---|---|---|---|---|"]
+        out += ["", "| pass | ms | nodes | changed | decisions |", "|---|---|---|---|---|"]
         for r in self.records:
+            said = "<br>".join(report_text.pass_decisions(self, r)).replace("|", "/")
             out.append(f"| {r.name} | {r.seconds * 1e3:.2f} | {r.nodes_before} → {r.nodes_after}"
-                       f" | {'yes' if r.changed else 'no'} | "
-                       f"{summarize_details(r.details).replace('|', '/')} |")
+                       f" | {'yes' if r.changed else 'no'} | {said} |")
         if self.kernels:
             out += ["", "| step | kernel | impl | shape | FLOPs | ops |",
                     "|---|---|---|---|---|---|"]
@@ -235,18 +231,39 @@ class OptimizationReport:
         return self._dot
 
 
-def summarize_details(details: dict, width: int = 70) -> str:
-    """A pass's details as one line of at most ``width`` characters (collections by size)."""
-    parts = []
-    for k, v in details.items():
-        if isinstance(v, (list, tuple, dict)):
-            parts.append(f"{k}={len(v)}")
-        elif isinstance(v, float):
-            parts.append(f"{k}={v:.4g}")
+def dtype_facts(G) -> dict:
+    """``{"inputs": {name: dtype}, "outputs": [dtype], "changes": [...]}`` of a source graph.
+
+    A change is an op whose result dtype differs from what its graph-valued operands
+    promote to (constants left out): a strong constant (a NumPy scalar or array) that
+    widened it, NumPy's rule for the op (an integer mean is float64, ``abs`` of complex is
+    real) or a cast written as such. Comparisons (bool results) are not changes."""
+    changes = []
+    for n in ir.topo_order(G):
+        d = G.nodes[n]
+        if d["op"] in ("input", "const") or d["dtype"] == "bool":
+            continue
+        preds = ir.operands(G, n)
+        values = [G.nodes[u]["dtype"] for u in preds if G.nodes[u]["op"] != "const"]
+        if not values:
+            continue
+        promoted = np.result_type(*values).name
+        if promoted == d["dtype"]:
+            continue
+        consts = sorted({G.nodes[u]["dtype"] for u in preds if G.nodes[u]["op"] == "const"})
+        if d["op"] == "astype":
+            why = "a cast written as such"
+        elif consts and np.result_type(*values, *consts).name == d["dtype"]:
+            why = (f"a {'/'.join(consts)} constant widened it (a NumPy scalar or array; a "
+                   f"Python number would keep {promoted})")
         else:
-            parts.append(f"{k}={v}")
-    s = ", ".join(parts)
-    return s if len(s) <= width else s[:width - 3] + "..."
+            why = f"NumPy's rule: {d['op']} of {promoted} gives {d['dtype']}"
+        changes.append({"node": n, "op": d["op"], "src": d.get("src") or "",
+                        "from": sorted(set(values)), "to": d["dtype"], "why": why})
+    return {"inputs": {G.nodes[n].get("name", str(n)): G.nodes[n]["dtype"]
+                       for n in G.graph.get("inputs", ())},
+            "outputs": [G.nodes[n]["dtype"] for n in G.graph["outputs"]],
+            "changes": changes}
 
 
 def _json_default(o):

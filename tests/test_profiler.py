@@ -247,8 +247,39 @@ def test_bottleneck_thresholds_and_per_precision_peaks():
 def test_measured_peaks_are_positive_and_cached(monkeypatch):
     monkeypatch.setattr(profiler, "_peaks", None)
     peaks = profiler.machine_peaks()
-    assert set(peaks) == {"gflops_float32", "gflops_float64", "gbs"}
+    assert set(peaks) == {"gflops_float32", "gflops_float64", "gbs", "gbs_l1", "gbs_l2",
+                          "gbs_l3"}
     assert all(v > 0 for v in peaks.values())
+    tiers = [peaks[k] for k, _ in profiler.CACHE_TIERS] + [peaks["gbs"]]
+    assert tiers == sorted(tiers, reverse=True)   # smaller working sets: higher roofs
     monkeypatch.setattr(profiler, "_best_seconds", None)  # a second measurement would fail
     assert profiler.machine_peaks() == peaks
     assert len(hand_built().bottlenecks()) == 4
+
+
+def test_a_step_that_fits_a_cache_tier_is_held_to_that_tier_not_dram():
+    # 1000 bytes fit the L1 working set: against a 40 GB/s L1 roof the "tiny" step's
+    # 0.2 GB/s is 0.5 %, where DRAM's 10 GB/s would have made it 2 %; above every tier the
+    # DRAM roof applies. Before, a cache-resident step read "195 % of peak" against DRAM.
+    tiers = dict(PEAKS, gbs_l1=40.0, gbs_l2=20.0, gbs_l3=15.0)
+    assert profiler.bandwidth_peak(tiers, 1000) == 40.0
+    assert profiler.bandwidth_peak(tiers, 100 << 10) == 20.0
+    assert profiler.bandwidth_peak(tiers, 1 << 30) == 10.0
+    assert profiler.bandwidth_peak(PEAKS, 1000) == 10.0      # no tiers given: DRAM
+    got = {b.name: b for b in hand_built().bottlenecks(tiers, overhead_ns=1000,
+                                                        overhead_factor=1000)}
+    assert got["tiny"].roof == "gbs_l1" and got["tiny"].fraction == pytest.approx(0.2 / 40)
+    assert got["copy"].roof == "gbs" and got["gemm"].roof == "FLOP/s"
+    assert "gbs_l1" in str(got["tiny"])
+
+
+def test_measured_fractions_of_peak_stay_near_or_below_one():
+    # a real plan of small, cache-resident elementwise steps against measured peaks: no
+    # step may read far above 100 % (the tiers make each roof the one its data sits in)
+    g = go.Graph("cached")
+    x = g.input("x", (64, 64), "float64")
+    g.output(go.exp(x) + go.tanh(x * 2.0))
+    plan = go.compile(g, backend="numpy", cache=False)
+    prof = plan.profile(np.ones((64, 64)), repeat=20)
+    for b in prof.bottlenecks():
+        assert b.fraction < 1.5, str(b)

@@ -31,3 +31,73 @@ def test_to_dot_draws_the_optimized_graph_after_the_plan_is_gone():
     assert '[label="einsum ab,bc->ac\\n(8, 8) float64"]' in dot and "tanh" in dot
     assert '"0" [label="input x\\n(8, 8) float64", style=filled' in dot
     assert report.to_dot() is dot      # drawn once
+
+
+def test_text_report_says_what_each_pass_decided_and_why():
+    @go.jit
+    def attn(q, k, v):
+        s = go.einsum("bqd,bkd->bqk", q, k) * 0.125
+        return go.einsum("bqk,bkd->bqd", go.softmax(s, axis=-1), v)
+
+    q = np.random.default_rng(0).random((4, 64, 32)).astype(np.float32)
+    attn(q, q, q)
+    report = attn.plan_for(q, q, q).report
+    text = " ".join(str(report).split())   # decisions wrap at 100 columns, never cut
+    details = report["fusion"].details
+    # every fusion refusal is printed with its reason and the user's line
+    for r in details["rejected"]:
+        assert f"not fused: node {r['node']}" in text and r["reason"] in text
+    for ops in details["groups"]:
+        assert f"fused {' '.join(ops)}" in text
+    for g in report["contraction"].details["groups"]:
+        assert g["reason"] in text
+    assert "test_report.py:" in text              # decisions name the user's source line
+    assert "order topological" in text or "order greedy" in text or "order depth" in text
+    assert "why: cost model" in text              # each step's kernel choice and its reason
+    assert "dtypes: inputs q float32, k float32, v float32; outputs float32" in text
+    assert "dtype changes: none" in text
+    md = report.to_markdown()
+    assert details["rejected"][0]["reason"] in md
+
+
+def test_text_report_names_each_dtype_change_with_its_cause():
+    @go.jit
+    def f(x):
+        wide = go.tanh(x * np.float64(2.0))      # a strong float64 scalar widens float32
+        kept = x * 2.0                           # a Python float keeps float32
+        return wide, kept, np.mean(x.astype(np.int32)), x > 0
+
+    x = np.ones((8, 8), np.float32)
+    f(x)
+    report = f.plan_for(x).report
+    changes = report.dtypes["changes"]
+    assert [(c["op"], c["from"], c["to"]) for c in changes] == [
+        ("mul", ["float32"], "float64"), ("astype", ["float32"], "int32"),
+        ("mean", ["int32"], "float64")]
+    assert "constant widened it" in changes[0]["why"] and "keep float32" in changes[0]["why"]
+    assert changes[1]["why"] == "a cast written as such"
+    assert "NumPy's rule" in changes[2]["why"]
+    text = str(report)
+    assert "dtype changes (3):" in text
+    assert "float32 -> float64  mul (node" in text and "test_report.py:" in text
+    assert report.dtypes["outputs"] == ["float64", "float32", "float64", "bool"]
+    assert report.to_dict()["dtypes"] == report.dtypes
+
+
+def test_text_report_never_cuts_names_or_shapes():
+    g = go.Graph("long")
+    shape = (3, 5, 7, 11, 13, 2)
+    x = g.input("x_with_a_long_name", shape, "float64")
+    g.output(go.sum(go.exp(x) * x, axis=(0, 2, 4)))
+    plan = go.compile(g, backend="numba", cache=False)
+    text = str(plan.report)
+    for k in plan.report.kernels:
+        assert k["name"] in text and k["impl"] in text and str(tuple(k["shape"])) in text
+    assert "..." not in text or "more (report.to_json() lists all)" in text
+
+
+def test_an_unknown_pass_shows_every_detail():
+    from graphopt.passes.manager import PassRecord
+    from graphopt.report_text import pass_decisions
+    rec = PassRecord(name="my_pass", details={"kept": [1, 2, 3], "why": "x" * 200})
+    assert pass_decisions(None, rec) == ["kept: [1, 2, 3]", "why: " + "x" * 200]
