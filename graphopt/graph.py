@@ -9,7 +9,7 @@ from typing import Sequence
 
 import numpy as np
 
-from . import ir, ops
+from . import display, ir, ops
 from .errors import DTypeError, GraphError, InputError, ShapeError
 from .tensor import Tensor, user_src
 
@@ -122,6 +122,13 @@ class Graph:
     def __repr__(self) -> str:
         return (f"Graph({self.name!r}, {self._G.number_of_nodes()} nodes, "
                 f"{len(self._G.graph['inputs'])} inputs)")
+
+    def to_dot(self) -> str:
+        """The graph as built, in Graphviz DOT (needs the ``viz`` extra)."""
+        return display.to_dot(self._G)
+
+    def _repr_html_(self) -> str:
+        return display.graph_html(self._G, repr(self))
 
     # -- internal ---------------------------------------------------------------------------
     def _add(self, op: str, operands: Sequence["Tensor"], attrs=None, src=None) -> "Tensor":

@@ -8,12 +8,13 @@ may be called from several threads at once. User inputs are never written to.
 
 from __future__ import annotations
 
+import html
 import threading
 from typing import Any
 
 import numpy as np
 
-from . import threads
+from . import display, threads
 from .errors import VALUE_ERRORS
 from .kernel import Kernel, Step, step_error
 from .liveness import MemoryPlan
@@ -96,6 +97,11 @@ class Plan(StepsIntrospection):
         self._lock = threading.Lock()
         self.max_cached_arenas = 4
         self.arena_stats = {"created": 0, "reused": 0, "live": 0, "max_live": 0}
+
+    def _repr_html_(self) -> str:
+        """The plan in a notebook: its summary line, then its report (``display``)."""
+        return f"<p><code>{html.escape(repr(self))}</code></p>" + display.report_html(
+            self.report)
 
     def __repr__(self) -> str:
         return (f"Plan({self.graph.graph.get('name')!r}, backend={self.backend.name!r}, "

@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from . import threads
+from . import display, threads
 from .errors import GraphError
 
 OVERHEAD_NS = 20_000  # below this a step's time is launch/dispatch cost, not work
@@ -205,6 +205,9 @@ class Profile:
 
     def __repr__(self) -> str:
         return f"Profile({len(self.events)} events, repeat={self.repeat})"
+
+    def _repr_html_(self) -> str:
+        return display.profile_html(self)
 
     def _rows(self) -> list[tuple[StepEvent, float, float]]:
         """Per step, slowest first: its first event, its median time in ns and its median

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import cost, ir, report_text, threads
+from . import cost, display, ir, report_text, threads
 from .report_text import human_bytes as _mb
 
 
@@ -225,10 +225,14 @@ class OptimizationReport:
         return "\n".join(out)
 
     def to_dot(self) -> str:
-        """The optimized graph in Graphviz DOT, fused groups drawn as clusters."""
+        """The optimized graph in Graphviz DOT, fused groups drawn as clusters (needs the
+        ``viz`` extra: the graphviz package)."""
         if self._dot is None:
-            self._dot = to_dot(self._graph) if self._graph is not None else ""
+            self._dot = display.to_dot(self._graph) if self._graph is not None else ""
         return self._dot
+
+    def _repr_html_(self) -> str:
+        return display.report_html(self)
 
 
 def dtype_facts(G) -> dict:
@@ -272,39 +276,3 @@ def _json_default(o):
     if isinstance(o, (set, frozenset)):
         return sorted(o, key=repr)
     return repr(o)
-
-
-def _label(G, n) -> str:
-    d = G.nodes[n]
-    extra = d["attrs"].get("equation", "") if d["op"] == "einsum" else d.get("name", "")
-    return f"{d['op']} {extra}\\n{tuple(d['shape'])} {d['dtype']}".replace('"', "'")
-
-
-def to_dot(G) -> str:
-    """Graphviz DOT of an IR; each ``fused`` node is a cluster showing its members."""
-    lines = [f'digraph "{G.graph.get("name", "graph")}" {{', "  rankdir=TB;",
-             "  node [shape=box, fontsize=10];"]
-    outs = set(G.graph["outputs"])
-    for n in ir.topo_order(G):
-        d = G.nodes[n]
-        if d["op"] == "fused":
-            sub = d["attrs"]["graph"]
-            lines.append(f"  subgraph cluster_{n} {{ label=\"fused {n}\"; style=rounded; "
-                         "color=blue;")
-            for m in ir.topo_order(sub):
-                if sub.nodes[m]["op"] != "input":
-                    lines.append(f'    "{n}.{m}" [label="{_label(sub, m)}"];')
-            for u, v in sub.edges():
-                if sub.nodes[u]["op"] != "input":
-                    lines.append(f'    "{n}.{u}" -> "{n}.{v}";')
-            lines.append(f'    "{n}" [label="out {tuple(d["shape"])}", shape=point];')
-            lines.append("  }")
-        else:
-            style = ", style=filled, fillcolor=lightgrey" if d["op"] in ("input", "const") else ""
-            if n in outs:
-                style += ", peripheries=2"
-            lines.append(f'  "{n}" [label="{_label(G, n)}"{style}];')
-    for u, v, a in G.edges(data="arg"):
-        lines.append(f'  "{u}" -> "{v}" [label="{a}", fontsize=8];')
-    lines.append("}")
-    return "\n".join(lines)
