@@ -3,8 +3,10 @@
 ``graphopt demo`` builds three workloads (an MLP layer, attention, a tensor-network ring),
 compiles each, checks it against NumPy, prints the optimization report, a profile with
 each step's bottleneck, and writes one Chrome trace. ``graphopt report GRAPH.json``
-compiles a saved graph and prints its report. ``graphopt cache [--clear]`` shows (or
-empties) the on-disk kernel and path cache; ``graphopt --version``.
+compiles a saved graph and prints its report. ``graphopt trace GRAPH.json`` profiles a
+saved graph on random inputs and writes a Perfetto trace and a timeline PNG. ``graphopt
+bench [SUITE] [ARGS]`` runs a benchmark suite of a source checkout. ``graphopt cache
+[--clear]`` shows (or empties) the on-disk kernel and path cache; ``graphopt --version``.
 """
 
 from __future__ import annotations
@@ -12,13 +14,16 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import subprocess
 import sys
 import tempfile
 import time
+from pathlib import Path
 
 import numpy as np
 
 from . import GraphError, __version__, compile, disk_cache, load, workloads
+from .equivalence import random_inputs
 
 # The demo's workloads (``graphopt.workloads``, the graphs the tests and benchmarks use) at
 # sizes that compile and run in about a second: an MLP layer, attention, and an MPS ring of
@@ -111,6 +116,68 @@ def cmd_report(args) -> int:
     return 0
 
 
+def _out_dir(path: str | None, prefix: str) -> str:
+    """``path`` (created), or a new temporary directory: never the working directory."""
+    if path is None:
+        return tempfile.mkdtemp(prefix=prefix)
+    os.makedirs(path, exist_ok=True)
+    return path
+
+
+def cmd_trace(args) -> int:
+    """``graphopt trace``: profile a saved graph on random inputs; write a Perfetto trace
+    and a timeline PNG; print the per-step table and bottlenecks."""
+    g = load(args.graph)
+    plan = compile(g, backend=args.backend, opt_level=args.opt_level)
+    inputs = random_inputs(plan.source_graph, np.random.default_rng(args.seed))
+    reference = compile(g, backend="numpy", opt_level=0)(*inputs)
+    got = plan(*inputs)
+    pairs = zip(got, reference) if isinstance(got, (tuple, list)) else [(got, reference)]
+    err = max((_max_error(a, b) for a, b in pairs), default=0.0)
+    print(f"{plan!r}: max error against the interpreter {err:.2e}")
+    prof = plan.profile(*inputs, repeat=args.repeat)
+    print(prof.summary())
+    print(prof.bottlenecks())
+    out = _out_dir(args.out, "graphopt-trace-")
+    trace = os.path.join(out, "trace.json")
+    prof.to_chrome_trace(trace)
+    print(f"\nPerfetto trace: {trace} (open in https://ui.perfetto.dev or chrome://tracing)")
+    png = os.path.join(out, "timeline.png")
+    try:
+        prof.plot(png)
+        print(f"timeline: {png}")
+    except ImportError as e:
+        print(f"timeline: not drawn ({e})")
+    return 0
+
+
+def find_benchmarks(start: Path | None = None) -> Path | None:
+    """The ``benchmarks`` folder of a source checkout: beside the installed package (an
+    editable install), else in the working directory or one above it."""
+    here = Path(__file__).resolve().parent.parent
+    for root in ([start] if start else []) + [here, Path.cwd(), *Path.cwd().parents]:
+        if (root / "benchmarks" / "run.py").is_file() and (root / "graphopt").is_dir():
+            return root
+    return None
+
+
+BENCH_SUITES = ("run", "networks", "compile_time", "memory", "concurrency", "slices",
+                "math_kernels", "dask_slicing", "gpu")
+
+
+def cmd_bench(args) -> int:
+    """``graphopt bench``: run one of the checkout's benchmark suites (``python -m
+    benchmarks.SUITE ARGS``), its tables printed as it goes; returns its exit status."""
+    root = find_benchmarks()
+    if root is None:
+        raise GraphError("the benchmark suites ship with graphopt's source, not its wheel: "
+                         "clone the repository, pip install -e '.[bench]' and run graphopt "
+                         "bench there")
+    cmd = [sys.executable, "-m", f"benchmarks.{args.suite}", *args.args]
+    print("running:", " ".join(cmd), f"(in {root})", flush=True)
+    return subprocess.call(cmd, cwd=root)
+
+
 def cmd_cache(args) -> int:
     """``graphopt cache``: where the on-disk cache is and what it holds; ``--clear`` empties
     it."""
@@ -164,6 +231,22 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("graph", help="path of a graph JSON file")
     r.add_argument("--format", default="text", choices=("text", "markdown", "json", "dot"))
     r.set_defaults(fn=cmd_report)
+    t = sub.add_parser("trace", parents=[common], help="profile a graph saved with go.save "
+                       "on random inputs: a Perfetto trace and a timeline PNG")
+    t.add_argument("graph", help="path of a graph JSON file")
+    t.add_argument("--out", default=None,
+                   help="output directory (default: a new temporary directory)")
+    t.add_argument("--repeat", type=_positive_int, default=10, help="profiled runs")
+    t.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
+    t.set_defaults(fn=cmd_trace)
+    b = sub.add_parser("bench", help="run a benchmark suite of a source checkout against "
+                       "its peers (NumPy, opt_einsum, cotengra, JAX, torch)")
+    b.add_argument("suite", nargs="?", default="run", choices=BENCH_SUITES,
+                   help="run: the workloads against every peer (default); networks: tensor "
+                   "networks against cotengra/quimb; ...")
+    b.add_argument("args", nargs=argparse.REMAINDER,
+                   help="passed to the suite (e.g. --quick --mode pinned)")
+    b.set_defaults(fn=cmd_bench)
     c = sub.add_parser("cache", help="show the on-disk cache (kernels, paths, timings): "
                        "where it is and its size")
     c.add_argument("--clear", action="store_true", help="remove graphopt's files from it")

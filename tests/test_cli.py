@@ -86,6 +86,55 @@ def test_report_command(tmp_path, capsys):
     assert cli.main(["report", str(tmp_path / "missing.json")]) == 2
 
 
+def test_trace_command_writes_a_perfetto_trace_and_a_timeline(tmp_path, capsys, monkeypatch):
+    g = go.Graph("traced")
+    x = g.input("x", (16, 8))
+    w = g.input("w", (8, 4))
+    g.output(go.tanh(go.einsum("ij,jk->ik", x, w)) + 1.0)
+    path = tmp_path / "g.json"
+    go.save(g, path)
+    out = tmp_path / "out"
+    assert cli.main(["trace", str(path), "--out", str(out), "--repeat", "3"]) == 0
+    shown = capsys.readouterr().out
+    assert "max error against the interpreter" in shown and "of peak" in shown
+    err = float(shown.split("max error against the interpreter ")[1].split()[0])
+    assert err < 1e-12
+    doc = json.loads((out / "trace.json").read_text())
+    steps = [e for e in doc["traceEvents"] if e["ph"] == "X"]
+    assert len(steps) == 3 * len({e["name"] for e in steps}) and steps
+    assert (out / "timeline.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # without --out: a new temporary directory, never the working directory
+    monkeypatch.chdir(tmp_path / "out")
+    before = sorted(os.listdir("."))
+    assert cli.main(["trace", str(path), "--repeat", "1", "--backend", "numpy"]) == 0
+    assert sorted(os.listdir(".")) == before
+    trace = capsys.readouterr().out.split("Perfetto trace: ")[1].split()[0]
+    assert os.path.isfile(trace) and "graphopt-trace-" in trace
+
+
+def test_bench_command_runs_a_suite_of_the_checkout(capsys, monkeypatch):
+    assert cli.find_benchmarks() == ROOT
+    calls = []
+    monkeypatch.setattr(cli.subprocess, "call", lambda cmd, cwd: calls.append((cmd, cwd)) or 0)
+    assert cli.main(["bench", "networks", "--budget", "1", "--quick"]) == 0
+    assert calls == [([sys.executable, "-m", "benchmarks.networks", "--budget", "1", "--quick"],
+                      ROOT)]
+    assert cli.main(["bench"]) == 0 and calls[-1][0][2] == "benchmarks.run"
+    monkeypatch.setattr(cli, "find_benchmarks", lambda: None)
+    assert cli.main(["bench"]) == 2
+    assert "clone the repository" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_bench_command_runs_the_quick_suite_for_real():
+    out = subprocess.run([sys.executable, "-m", "graphopt", "bench", "run", "--quick",
+                          "--workloads", "mlp", "--peers", "graphopt,numpy", "--mode", "pinned",
+                          "--min-time", "0.05", "--no-subprocess"],
+                         capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "mlp" in out.stdout and "numpy" in out.stdout
+
+
 def test_version_and_cache_commands(tmp_path, monkeypatch, capsys):
     with pytest.raises(SystemExit) as e:
         cli.main(["--version"])
