@@ -11,6 +11,7 @@ from .graph import Graph
 from .jit import contract, jit
 from .numpy_api import clip, std, var
 from .plan import Plan
+from .progress import show_progress
 from .report import OptimizationReport
 from .serialize import load, save
 from .tensor import (
@@ -67,8 +68,8 @@ _logging.getLogger(__name__).addHandler(_logging.NullHandler())
 
 __all__ = [
     "Graph", "Tensor", "Plan", "OptimizationReport", "compile", "jit", "contract", "save",
-    "load", "thread_budget", "disable_jit", "GraphError", "ShapeError", "DTypeError",
-    "EinsumError", "InputError",
+    "load", "thread_budget", "disable_jit", "show_progress", "GraphError", "ShapeError",
+    "DTypeError", "EinsumError", "InputError",
     "einsum", "matmul", "exp", "log", "sqrt", "abs", "neg", "tanh", "sigmoid", "relu", "gelu",
     "sin", "cos", "square", "reciprocal", "conj", "real", "imag", "add", "sub", "mul", "div",
     "pow", "maximum", "minimum", "where", "equal", "not_equal", "less", "less_equal",

@@ -17,7 +17,7 @@ from collections import OrderedDict
 import networkx as nx
 import numpy as np
 
-from . import ir
+from . import ir, progress
 from .backends import BACKENDS, get_backend
 from .errors import GraphError
 from .graph import Graph
@@ -196,12 +196,15 @@ def compile(graph, backend: str = "auto", opt_level: int = 2, memory_limit=None,
     source = G   # ``G`` is compile's own copy, and passes never change their input
     unsupported = {name: f"backend {backend_name!r} {why}"
                    for name, why in backend_obj.unsupported_passes.items()}
-    optimized, records = PassManager(pass_list, disable=disable, debug=debug,
-                                     unsupported=unsupported).run(G, ctx)
-    report = OptimizationReport.build(name=G.graph.get("name", "graph"), backend=backend_name,
-                                      opt_level=opt_level, records=records,
-                                      source_graph=source, graph=optimized)
-    plan = backend_obj.build_plan(optimized, source, ctx, report)
+    with progress.activity(f"compiling {G.graph.get('name', 'graph')!r}"):
+        optimized, records = PassManager(pass_list, disable=disable, debug=debug,
+                                         unsupported=unsupported).run(G, ctx)
+        report = OptimizationReport.build(name=G.graph.get("name", "graph"),
+                                          backend=backend_name, opt_level=opt_level,
+                                          records=records, source_graph=source,
+                                          graph=optimized)
+        progress.phase(f"building the {backend_name} plan (kernels)")
+        plan = backend_obj.build_plan(optimized, source, ctx, report)
     _check_predicted_peak(plan, memory_limit)
     report.attach_plan(plan)
     report.compile_seconds = time.perf_counter() - t0

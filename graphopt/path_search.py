@@ -43,7 +43,7 @@ import time
 from collections import OrderedDict
 from typing import Sequence
 
-from . import disk_cache
+from . import disk_cache, progress
 from .errors import GraphError
 from .paths import Steps, play
 
@@ -271,6 +271,8 @@ def search(terms, output, sizes, time_budget: float | None, start: Steps | None 
         _log.info("searching a contraction path for %d operands for up to %.1f s (greedy's "
                   "combo cost %.3g; compile(path_time=...) sets the budget)", len(terms),
                   budget(), best.combo)
+        progress.phase(f"contraction path search, {len(terms)} operands, up to "
+                       f"{budget():.1f} s")
     if len(terms) > 2 and time_budget != 0:
         # random-greedy first (cheap, and on some networks hard to beat), its best
         # reconfigured, then cotengra's hyper-optimizer where the budget is worth it

@@ -26,7 +26,7 @@ from typing import Sequence
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
-from . import threads
+from . import progress, threads
 from .contraction_program import PathContraction, c_strides, path_contraction
 from .einsum import promote_operands
 from .einsum import split as split_equation
@@ -158,8 +158,23 @@ def sliced_contract(equation: str, path, slices, arrays: Sequence[np.ndarray], o
     regions = _Combinations(outer, sizes)
     parts = _Combinations(inner, sizes)
 
+    with progress.activity(f"sliced contraction {equation!r}") as act:
+        if act is not None:
+            act.set_phase("slices", total=len(regions) * len(parts))
+        _run_slices(contract, arrays, terms, output, regions, parts, out, shape, dtype,
+                    workers, matmul, act)
+    return out
+
+
+def _run_slices(contract, arrays, terms, output, regions, parts, out, shape, dtype,
+                workers, matmul, act) -> None:
+    """Every slice into ``out`` on up to ``workers`` threads (see ``sliced_contract``);
+    ``act``: the progress activity told of each slice done, or None."""
+
     def fill(target, region, lo: int, hi: int) -> None:
         for k in range(lo, hi):
+            if act is not None:
+                act.advance()
             where = {**region, **parts[k]}
             views = [operand_view(a, t, where) for a, t in zip(arrays, terms)]
             if k == lo:
@@ -192,7 +207,6 @@ def sliced_contract(equation: str, path, slices, arrays: Sequence[np.ndarray], o
         partial = threads.run_parallel(run_parts, threads.split(len(parts), workers), workers)
         for p in partial[1:]:
             out += p
-    return out
 
 
 class _Combinations:

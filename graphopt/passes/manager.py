@@ -18,7 +18,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import networkx as nx
 
-from .. import ir
+from .. import ir, progress
 from ..env import env_flag
 from ..errors import GraphError
 from .instruments import CheckSemantics, DumpIR, PassInstrument
@@ -197,6 +197,7 @@ class PassManager:
                                           details={"skipped": self.unsupported[name]}))
                 continue
             fn = get_pass(p) if isinstance(p, str) else p
+            progress.phase(f"pass {name}")
             frozen = _Snapshot(G, known, thorough=self.debug)
             t0 = time.perf_counter()
             result = fn(G, ctx)
