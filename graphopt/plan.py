@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from . import display, threads
+from . import display, progress, threads
 from .errors import VALUE_ERRORS
 from .kernel import Kernel, Step, step_error
 from .liveness import MemoryPlan
@@ -77,6 +77,8 @@ class Plan(StepsIntrospection):
         self.report = report
         self.options = dict(options or {})
         self.threads = threads.check_threads(self.options.get("threads"), "threads")
+        # only a call this large may take long enough to show a progress line
+        self._long_running = sum(s.flops for s in steps) >= progress.LONG_RUN_FLOPS
         # numba's threads are set per call only where a step may run numba code
         self._numba = any(s.kernel.impl not in threads.NO_NUMBA_IMPLS for s in steps)
         self._input_slots = tuple(input_slots)
@@ -244,7 +246,15 @@ class Plan(StepsIntrospection):
 
     def run(self, arrays: list, clock=None):
         """Execute on already-bound inputs (see ``bind``), with this call's share of the
-        thread budget (``graphopt.threads``); ``clock`` as in ``run_steps``."""
+        thread budget (``graphopt.threads``); ``clock`` as in ``run_steps``. A large plan's
+        call counts its steps on a progress line once it passes a second (``progress``)."""
+        if clock is None and self._long_running and progress.enabled():
+            with progress.activity(f"running {self.graph.graph.get('name')!r}") as act:
+                return self._run(arrays, progress.StepCounter(act, len(self.steps))
+                                 if act is not None else None)
+        return self._run(arrays, clock)
+
+    def _run(self, arrays: list, clock):
         arena = self._checkout()
         threads.enter_call(self.threads, numba=self._numba)
         try:

@@ -20,6 +20,7 @@ from contextlib import contextmanager
 from .env import env_flag
 
 SHOW_AFTER = 1.0   # seconds before an activity's line appears
+LONG_RUN_FLOPS = 10**9   # a plan call with fewer FLOPs (milliseconds) registers no activity
 INTERVAL = 0.5     # seconds between redraws
 
 _setting: bool | None = None   # show_progress(): None follows the environment
@@ -127,3 +128,17 @@ def phase(text: str, total: int | None = None) -> None:
     act = getattr(_local, "current", None)
     if act is not None:
         act.set_phase(text, total)
+
+
+class StepCounter:
+    """A ``Plan.run_steps`` clock that counts the steps done on an activity (its first
+    ``mark()`` comes before the first step)."""
+
+    def __init__(self, act: Activity, total: int):
+        act.set_phase("steps", total)
+        self.act, self.started = act, False
+
+    def mark(self) -> None:
+        if self.started:
+            self.act.advance()
+        self.started = True

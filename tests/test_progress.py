@@ -81,3 +81,20 @@ def test_the_environment_switch(monkeypatch, capsys):
     with pytest.raises(GraphError, match=r"\$GRAPHOPT_PROGRESS must be 0 or 1"):
         progress.enabled()
     monkeypatch.setattr(progress, "_from_env", progress._UNREAD)
+
+
+def test_a_long_plan_call_counts_its_steps(shown, capsys, monkeypatch):
+    monkeypatch.setattr(progress, "LONG_RUN_FLOPS", 10**8)
+    g = go.Graph("chain")
+    x = g.input("x", (600, 600))
+    g.output(go.tanh(x @ x @ x @ x))
+    plan = go.compile(g, backend="numpy", opt_level=0, cache=False)
+    assert plan._long_running
+    a = np.random.default_rng(0).random((600, 600)) / 600
+    monkeypatch.setattr(progress, "SHOW_AFTER", 0.0)
+    np.testing.assert_allclose(plan(a), np.tanh(a @ a @ a @ a), rtol=1e-10)
+    err = capsys.readouterr().err
+    assert "[graphopt] running 'chain': steps " in err and f"/{len(plan.steps)}" in err
+    assert "running 'chain': done in" in err
+    small = go.compile(_graph("small"), backend="numpy", cache=False)
+    assert not small._long_running              # milliseconds: no activity at all
