@@ -179,13 +179,13 @@ def _flop_peak(peaks: dict, dtype: str) -> float:
     return float(peaks.get(key, peaks.get("gflops", 0.0)))
 
 
-def bandwidth_peak(peaks: dict, nbytes: int) -> float:
-    """The memory roof of a step that moves ``nbytes``: the bandwidth of the smallest
-    cache tier in ``peaks`` whose working set holds it, else ``peaks["gbs"]`` (DRAM)."""
+def bandwidth_roof(peaks: dict, nbytes: int) -> tuple[str, float]:
+    """The memory roof of a step that moves ``nbytes``, as ``(key, GB/s)``: the smallest
+    cache tier in ``peaks`` whose working set holds it, else ``"gbs"`` (DRAM)."""
     for key, size in CACHE_TIERS:
         if nbytes <= size and key in peaks:
-            return float(peaks[key])
-    return float(peaks.get("gbs", 0.0))
+            return key, float(peaks[key])
+    return "gbs", float(peaks.get("gbs", 0.0))
 
 
 # ---------------------------------------------------------------------------------- profile
@@ -268,7 +268,7 @@ class Profile:
         peaks = machine_peaks() if peaks is None else dict(peaks)
         out = []
         for e, t, busy in self._rows():
-            pf, pb = _flop_peak(peaks, e.dtype), bandwidth_peak(peaks, e.bytes)
+            (tier, pb), pf = bandwidth_roof(peaks, e.bytes), _flop_peak(peaks, e.dtype)
             tc = e.flops / pf if pf > 0 else 0.0  # GFLOP/s == FLOP/ns
             tm = e.bytes / pb if pb > 0 else 0.0
             gflops, gbs = _rate(e.flops, t), _rate(e.bytes, t)
@@ -277,8 +277,7 @@ class Profile:
             else:
                 bound = "compute" if tc >= tm else "memory"
             frac = gflops / pf if tc >= tm and pf > 0 else gbs / pb if pb > 0 else 0.0
-            roof = "FLOP/s" if tc >= tm and pf > 0 else next(
-                (k for k, size in CACHE_TIERS if e.bytes <= size and k in peaks), "gbs")
+            roof = "FLOP/s" if tc >= tm and pf > 0 else tier
             out.append(Bottleneck(e.step, e.name, bound, t, gflops, gbs, frac, e.threads,
                                   busy, roof))
         return Bottlenecks(sorted(out, key=lambda b: -b.time_ns), peaks)

@@ -35,8 +35,7 @@ def where(src: str | None) -> str:
 
 
 def _node(report, n) -> str:
-    op, src = report.node_info.get(int(n), ("", "")) if str(n).lstrip("-").isdigit() \
-        else ("", "")
+    op, src = report.node_info.get(n, ("", ""))
     at = f" at {where(src)}" if src else ""
     return f"node {n}{f' {op}' if op else ''}{at}"
 

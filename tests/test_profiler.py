@@ -262,10 +262,10 @@ def test_a_step_that_fits_a_cache_tier_is_held_to_that_tier_not_dram():
     # 0.2 GB/s is 0.5 %, where DRAM's 10 GB/s would have made it 2 %; above every tier the
     # DRAM roof applies. Before, a cache-resident step read "195 % of peak" against DRAM.
     tiers = dict(PEAKS, gbs_l1=40.0, gbs_l2=20.0, gbs_l3=15.0)
-    assert profiler.bandwidth_peak(tiers, 1000) == 40.0
-    assert profiler.bandwidth_peak(tiers, 100 << 10) == 20.0
-    assert profiler.bandwidth_peak(tiers, 1 << 30) == 10.0
-    assert profiler.bandwidth_peak(PEAKS, 1000) == 10.0      # no tiers given: DRAM
+    assert profiler.bandwidth_roof(tiers, 1000) == ("gbs_l1", 40.0)
+    assert profiler.bandwidth_roof(tiers, 100 << 10) == ("gbs_l2", 20.0)
+    assert profiler.bandwidth_roof(tiers, 1 << 30) == ("gbs", 10.0)
+    assert profiler.bandwidth_roof(PEAKS, 1000) == ("gbs", 10.0)   # no tiers given: DRAM
     got = {b.name: b for b in hand_built().bottlenecks(tiers, overhead_ns=1000,
                                                         overhead_factor=1000)}
     assert got["tiny"].roof == "gbs_l1" and got["tiny"].fraction == pytest.approx(0.2 / 40)
