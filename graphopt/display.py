@@ -20,11 +20,15 @@ from .report_text import where
 DRAW_LIMIT = 400  # nodes; a larger graph's layout takes seconds, so it is listed, not drawn
 
 
+def _what(d) -> str:
+    """A node's own words: an einsum's equation, else its name (inputs), else nothing."""
+    return d["attrs"].get("equation", "") if d["op"] == "einsum" else d.get("name", "")
+
+
 def _label(G, n) -> str:
     d = G.nodes[n]
-    extra = d["attrs"].get("equation", "") if d["op"] == "einsum" else d.get("name", "")
     # "\\n" is DOT's own line break (a raw newline in a label is not portable)
-    return f"{d['op']} {extra}".rstrip() + f"\\n{tuple(d['shape'])} {d['dtype']}"
+    return f"{d['op']} {_what(d)}".rstrip() + f"\\n{tuple(d['shape'])} {d['dtype']}"
 
 
 def _graphviz():
@@ -113,7 +117,7 @@ def node_table_html(G) -> str:
     rows = []
     for n in ir.topo_order(G):
         d = G.nodes[n]
-        what = d["attrs"].get("equation", "") if d["op"] == "einsum" else d.get("name", "")
+        what = _what(d)
         if d["op"] == "fused":
             sub = d["attrs"]["graph"]
             what = " ".join(sub.nodes[m]["op"] for m in ir.topo_order(sub)

@@ -80,13 +80,13 @@ def _write(text: str, end: str = "") -> None:
 
 def _draw_loop() -> None:
     while True:
-        with _cond:
+        with _cond:   # drawn under the lock: an activity's "done" line is always its last
             while not _active:
                 _cond.wait()
             act = _active[0]
-        if time.perf_counter() - act.t0 >= SHOW_AFTER:
-            act.shown = True
-            _write(act.line())
+            if time.perf_counter() - act.t0 >= SHOW_AFTER:
+                act.shown = True
+                _write(act.line())
         time.sleep(INTERVAL)
 
 
@@ -113,9 +113,9 @@ def activity(label: str):
         _local.current = None
         with _cond:
             _active.remove(act)
-        if act.shown:
-            _write(f"[graphopt] {act.label}: done in {time.perf_counter() - act.t0:.1f} s",
-                   "\n")
+            if act.shown:
+                _write(f"[graphopt] {act.label}: done in {time.perf_counter() - act.t0:.1f} s",
+                       "\n")
 
 
 def current() -> Activity | None:
