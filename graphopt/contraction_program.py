@@ -14,7 +14,8 @@ operand-shape signature, each step is planned once:
   is ``einsum.evaluate``'s.
 
 Intermediates live in one arena whose offsets are assigned over the steps' lifetimes
-(``liveness.assign_arena_offsets``, as the memory pass assigns a plan's). Beside it a step
+(``liveness.assign_arena_offsets``, as the memory pass assigns a plan's), or back to back
+where they are at most ``UNSHARED_ARENA_BYTES`` in all. Beside it a step
 may allocate scratch: ``run_gemm``'s pre-summed operands, the copies it makes of operands
 whose matrix is not a view (known exactly at planning, from the operands' strides: inputs
 and slice views as given, GEMM products kept as permuted views), and a product written
@@ -36,7 +37,7 @@ import numpy as np
 
 from .einsum import evaluate, label, promote_operands, split, to_ascii
 from .gemm import BLAS_DTYPES, GemmPlan, c_strides, gemm_plan, operand_scratch, run_gemm
-from .liveness import assign_arena_offsets
+from .liveness import assign_arena_offsets, stacked_offsets
 from .paths import label_sizes, play_path
 
 # The Python objects a call holds per step while it runs: the view of the step's place in
@@ -47,6 +48,10 @@ OBJECT_BYTES_PER_STEP = 320
 # ... and per operand: the call's key (a shape and a strides tuple per operand) while it
 # looks up its program; measured at 100-120 bytes an operand on 80- and 150-operand calls
 OBJECT_BYTES_PER_OPERAND = 128
+# Intermediates of at most this many bytes in all each get their own place in the arena:
+# sharing would save less than this, and its best fit is quadratic in the intermediates
+# live at once (1.9 of the 3.6 ms a 198-step circuit's program took to plan, to save 38 KB).
+UNSHARED_ARENA_BYTES = 1 << 16
 
 
 @dataclass(frozen=True)
@@ -210,7 +215,9 @@ def plan_program(terms: Sequence[str], output: str, path, shapes, dtype,
         # operands makes its own (``evaluate``)
         made_by.append(k if k < last and len(inds) <= 2 else None)
         sizes[k] = nbytes
-    offsets, arena_bytes = assign_arena_offsets(intervals, {k: sizes[k] for k in intervals})
+    held = {k: sizes[k] for k in intervals}
+    offsets, arena_bytes = (stacked_offsets(held) if sum(held.values()) <= UNSHARED_ARENA_BYTES
+                            else assign_arena_offsets(intervals, held))
     steps = tuple(ProgramStep(inds, eq, shape, plan, offsets.get(k), scratch, scratch_new)
                   for k, (inds, eq, shape, plan, scratch, scratch_new) in enumerate(planned))
     return Program(steps, arena_bytes)

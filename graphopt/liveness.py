@@ -13,6 +13,9 @@ import numpy as np
 from . import ir
 
 ALIGN = 64  # bytes: cache-line (and AVX-512) aligned buffers
+# ``assign_arena_offsets`` scans the buffers placed so far in Python up to this many
+# buffers, with NumPy beyond (measured crossing over at 300-500 buffers)
+VECTOR_SCAN_BUFFERS = 300
 
 
 @dataclass
@@ -89,14 +92,22 @@ def peak_live_bytes(G: nx.MultiDiGraph, intervals: dict[int, tuple[int, int]]) -
 def naive_memory_plan(G: nx.MultiDiGraph, order: list[int]) -> MemoryPlan:
     """Every arena node at its own offset: what an op-by-op runtime holds if nothing is freed."""
     intervals = liveness_intervals(G, order)
-    offsets, sizes, top = {}, {}, 0
-    for n in intervals:
-        offsets[n] = top
-        sizes[n] = ir.nbytes(G, n)
-        top += align(sizes[n])
+    sizes = {n: ir.nbytes(G, n) for n in intervals}
+    offsets, top = stacked_offsets(sizes)
     return MemoryPlan(offsets=offsets, sizes=sizes, naive_bytes=sum(sizes.values()),
                       planned_bytes=top, lower_bound_bytes=peak_live_bytes(G, intervals),
                       intervals=intervals)
+
+
+def stacked_offsets(sizes: dict) -> tuple[dict[int, int], int]:
+    """Each buffer its own place, back to back at ``ALIGN``ed offsets, in key order:
+    ``(offsets, arena_bytes)``. For intermediates too small in all for
+    ``assign_arena_offsets``' sharing to be worth its planning time."""
+    offsets, top = {}, 0
+    for n, size in sizes.items():
+        offsets[n] = top
+        top = align(top + size) if size else top
+    return offsets, top
 
 
 def buffer_groups(intervals: dict, sizes: dict, inplace: dict) -> dict[int, list[int]]:
@@ -135,26 +146,36 @@ def assign_arena_offsets(intervals: dict, sizes: dict, inplace: dict | None = No
         first = min(intervals[n][0] for n in members)
         last = max(intervals[n][1] for n in members)
         buffers.append((max(sizes[n] for n in members), first, last, min(members), members))
-    # the buffers placed so far: which of them a new buffer's interval overlaps is one
-    # vectorized test over their intervals (a scan in Python was quadratic)
-    firsts = np.zeros(len(buffers), dtype=np.int64)
-    lasts = np.zeros(len(buffers), dtype=np.int64)
+    # the buffers placed so far: which of them a new buffer's interval overlaps is a scan
+    # in Python up to ``VECTOR_SCAN_BUFFERS`` of them, then one vectorized test over their
+    # intervals (the scan is quadratic; the test costs microseconds of NumPy calls each)
+    vector = len(buffers) > VECTOR_SCAN_BUFFERS
+    firsts = np.zeros(len(buffers) if vector else 0, dtype=np.int64)
+    lasts = np.zeros_like(firsts)
     placed: list[tuple[int, int]] = []   # (offset, aligned end)
+    spans: list[tuple[int, int, int, int]] = []   # (first, last, offset, aligned end)
     arena = 0
     for size, first, last, _, members in sorted(buffers, key=lambda b: (-b[0], b[1], b[3])):
         offset = 0
         if size > 0:
             k = len(placed)
-            live = np.flatnonzero((firsts[:k] <= last) & (lasts[:k] >= first)).tolist()
+            if vector:
+                live = [placed[i] for i in
+                        np.flatnonzero((firsts[:k] <= last) & (lasts[:k] >= first)).tolist()]
+            else:
+                live = [(o, e) for f, la, o, e in spans if f <= last and la >= first]
             best_gap, top = -1, 0
-            for o, end in sorted([placed[i] for i in live]):
+            for o, end in sorted(live):
                 if o - top >= size and (best_gap < 0 or o - top < best_gap):
                     best_gap, offset = o - top, top
                 if end > top:
                     top = end
             if best_gap < 0:
                 offset = top
-            firsts[k], lasts[k] = first, last
+            if vector:
+                firsts[k], lasts[k] = first, last
+            else:
+                spans.append((first, last, offset, align(offset + size)))
             placed.append((offset, align(offset + size)))
             arena = max(arena, offset + size)
         for n in members:

@@ -9,9 +9,10 @@ import opt_einsum
 import pytest
 from opt_einsum.testing import rand_equation
 
-from graphopt.contraction_program import PathContraction, plan_program
+from graphopt.contraction_program import UNSHARED_ARENA_BYTES, PathContraction, plan_program
 from graphopt.einsum import split
 from graphopt.gemm import _reduced_strides, reshape_is_view
+from graphopt.liveness import ALIGN
 
 
 def _arrays(shapes, dtype, seed):
@@ -131,15 +132,16 @@ def test_a_program_is_planned_once_per_shapes_and_pickles_without_it():
 
 def test_intermediates_share_an_arena_kept_between_calls_and_never_returned():
     # a chain: step k's result is read by step k + 1 only, so two buffers alternate
+    # (above UNSHARED_ARENA_BYTES in all: 6 x 32 KiB)
     n = 8
     eq = ",".join(f"{chr(97 + i)}{chr(98 + i)}" for i in range(n)) + "->a" + chr(97 + n)
-    shapes = [(16, 16)] * n
+    shapes = [(64, 64)] * n
     path = [(0, 1)] + [(0, n - 2 - k) for k in range(n - 2)]
     terms, out = split(eq)
     prog = plan_program(terms, out, path, shapes, "float64")
     offsets = [s.offset for s in prog.steps]
     assert offsets[-1] is None and len(set(offsets[:-1])) == 2
-    assert prog.arena_bytes == 2 * 16 * 16 * 8
+    assert prog.arena_bytes == 2 * 64 * 64 * 8
     pc = PathContraction(eq, path, keep_arenas=True)
     arrays = _arrays(shapes, "float64", 4)
     first = pc(*arrays)
@@ -153,6 +155,22 @@ def test_intermediates_share_an_arena_kept_between_calls_and_never_returned():
     shared = PathContraction(eq, path)
     shared(*arrays)
     assert shared.idle_arena_bytes() == 0
+
+
+def test_tiny_intermediates_each_get_their_own_place_in_the_arena():
+    # the same chain at 4x4: 6 intermediates of 128 bytes, below UNSHARED_ARENA_BYTES, are
+    # laid out back to back (aligned), not planned for sharing
+    n = 8
+    eq = ",".join(f"{chr(97 + i)}{chr(98 + i)}" for i in range(n)) + "->a" + chr(97 + n)
+    path = [(0, 1)] + [(0, n - 2 - k) for k in range(n - 2)]
+    terms, out = split(eq)
+    prog = plan_program(terms, out, path, [(4, 4)] * n, "float64")
+    offsets = [s.offset for s in prog.steps[:-1]]
+    assert offsets == [k * ALIGN * 2 for k in range(n - 2)]
+    assert prog.arena_bytes == (n - 2) * 128 <= UNSHARED_ARENA_BYTES
+    arrays = _arrays([(4, 4)] * n, "float64", 5)
+    np.testing.assert_allclose(PathContraction(eq, path, keep_arenas=True)(*arrays),
+                               np.linalg.multi_dot(arrays), rtol=1e-12)
 
 
 def test_a_last_step_that_permutes_an_intermediate_returns_a_copy():
