@@ -35,7 +35,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from .einsum import evaluate, label, promote_operands, split, to_ascii
+from .einsum import evaluate, first_use_equation, promote_operands, split, to_ascii
 from .gemm import BLAS_DTYPES, GemmPlan, c_strides, gemm_plan, operand_scratch, run_gemm
 from .liveness import assign_arena_offsets, stacked_offsets
 from .paths import label_sizes, play_path
@@ -121,18 +121,6 @@ class Program:
              for k, s in enumerate(self.steps)), default=0)
 
 
-def _step_equation(picked: Sequence[str], result: str) -> str:
-    """The step's equation over IR labels ``label(0), label(1), ...`` in order of first
-    use (so that steps alike are planned once)."""
-    names: dict = {}
-    for t in (*picked, result):
-        for c in t:
-            if c not in names:
-                names[c] = label(len(names))
-    return ",".join("".join(map(names.__getitem__, t)) for t in picked) + "->" + \
-        "".join(map(names.__getitem__, result))
-
-
 @functools.lru_cache(maxsize=4096)
 def _plan_step(equation: str, in_shapes: tuple, blas: bool) -> tuple[str, tuple, GemmPlan | None]:
     """``(equation to run, result shape, GEMM plan or None)`` of one step."""
@@ -197,7 +185,7 @@ def plan_program(terms: Sequence[str], output: str, path, shapes, dtype,
             current.pop(i)
             layout.pop(i)
             made_by.pop(i)
-        eq, shape, plan = _plan_step(_step_equation(picked, result), in_shapes, blas)
+        eq, shape, plan = _plan_step(first_use_equation(picked, result), in_shapes, blas)
         nbytes = math.prod(shape) * itemsize
         if plan is not None:
             held, res_strides = operand_scratch(plan, in_layouts, itemsize)

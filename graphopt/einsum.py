@@ -282,15 +282,18 @@ def interleaved_to_equation(args: Sequence) -> tuple[str, list]:
     return eq, operands
 
 
+def first_use_equation(inputs: Sequence[str], output: str, symbol=label) -> str:
+    """``inputs->output`` with labels renamed ``symbol(0), symbol(1), ...`` in order of
+    first use (inputs, then output): ``xy,yz->xz`` and ``ij,jk->ik`` both become
+    ``ab,bc->ac``. With ``label`` (the default) the result is an IR equation."""
+    used = dict.fromkeys("".join(inputs) + output)
+    return (",".join(inputs) + "->" + output).translate(
+        {ord(c): symbol(i) for i, c in enumerate(used)})
+
+
 def canonical_labels(inputs: Sequence[str], output: str) -> str:
-    """Rename labels in order of first appearance (inputs, then output): ``xy,yz->xz`` and
-    ``ij,jk->ik`` both become ``ab,bc->ac``."""
-    mapping: dict[str, str] = {}
-    for c in "".join(inputs) + output:
-        if c not in mapping:
-            mapping[c] = get_symbol(len(mapping))
-    return ",".join("".join(mapping[c] for c in t) for t in inputs) + "->" + \
-        "".join(mapping[c] for c in output)
+    """``first_use_equation`` in opt_einsum's symbols (``get_symbol``)."""
+    return first_use_equation(inputs, output, get_symbol)
 
 
 def _term_pattern(term: str) -> str:

@@ -306,13 +306,16 @@ def node_hashes(G: nx.MultiDiGraph) -> dict[int, str]:
     hashes mean structurally equal computations. Inputs hash by name and position."""
     pos = {n: i for i, n in enumerate(G.graph.get("inputs", []))}
     out: dict[int, str] = {}
+    nodes, pred = G._node, G._pred
     for n in topo_order(G):
-        d = G._node[n]
-        attrs = {k: v for k, v in d["attrs"].items() if k not in SOURCE_ATTRS}
-        parts = [d["op"], repr(tuple(d["shape"])), d["dtype"], _attr_token(attrs)]
+        d = nodes[n]
+        attrs = d["attrs"]     # (most nodes of a large network, its inputs, have none)
+        parts = [d["op"], repr(tuple(d["shape"])), d["dtype"], _attr_token(
+            {k: v for k, v in attrs.items() if k not in SOURCE_ATTRS}) if attrs else "{}"]
         if d["op"] == "input":
             parts += [repr(d.get("name")), repr(pos.get(n))]
-        parts += [out[u] for u in operands(G, n)]
+        if pred[n]:
+            parts += [out[u] for u in operands(G, n)]
         out[n] = hashlib.sha256("|".join(parts).encode()).hexdigest()
     return out
 

@@ -356,7 +356,13 @@ register_op(OpDef("slice", SLICE, lambda a, attrs: a[0][window_index(attrs["wind
 
 
 def _einsum_infer(shapes, dtypes, attrs):
-    eq = attrs["equation"]
+    return _einsum_result(attrs["equation"], tuple(map(tuple, shapes)), tuple(dtypes))
+
+
+@functools.lru_cache(maxsize=1024)
+def _einsum_result(eq: str, shapes: tuple, dtypes: tuple):
+    # memoized: a network's einsum of hundreds of operands is inferred where it is built,
+    # and verified after every pass
     if "->" not in eq or "..." in eq:
         raise GraphError(f"IR einsum equation {eq!r} must be explicit and ellipsis-free")
     spec = einsum_mod.parse(eq, shapes)

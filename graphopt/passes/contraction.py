@@ -42,16 +42,6 @@ LIMIT_DP_MAX = 16
 LIMIT_BRANCH_MAX = 10
 LIMIT_GREEDY_MAX = 64
 
-def relabel(terms, output) -> str:
-    """An equation with labels renamed to ``label(0), label(1), ...`` in order of first use."""
-    names: dict = {}
-    for t in list(terms) + [output]:
-        for c in t:
-            names.setdefault(c, label(len(names)))
-    return ",".join("".join(names[c] for c in t) for t in terms) + "->" + \
-        "".join(names[c] for c in output)
-
-
 # ---------------------------------------------------------------------------------- groups
 
 
@@ -59,7 +49,8 @@ def _member(G, n) -> bool:
     """May ``n`` be part of a group? Einsums, transposes, products with a 0-d tensor, all of
     one non-bool dtype with their operands."""
     d = G.nodes[n]
-    if d["dtype"] == "bool" or any(G.nodes[u]["dtype"] != d["dtype"] for u in ir.operands(G, n)):
+    if d["op"] not in ("einsum", "mul", "transpose") or d["dtype"] == "bool" or \
+            any(G.nodes[u]["dtype"] != d["dtype"] for u in ir.operands(G, n)):
         return False
     if d["op"] == "einsum":
         return "slices" not in d["attrs"]
@@ -117,6 +108,21 @@ class Merged:
 def merge(G, group: list[int]) -> Merged:
     """Substitute every intermediate of ``group`` by its defining equation. Labels summed
     inside one einsum get fresh names, so they never collide with another einsum's."""
+    root = group[0]
+    d = G.nodes[root]
+    if len(group) == 1 and d["op"] == "einsum":   # one einsum (a tensor network): relabeled
+        operands = ir.operands(G, root)
+        terms, output = einsum_mod.split(einsum_mod.first_use_equation(
+            *einsum_mod.split(d["attrs"]["equation"])))
+        sizes = {}
+        for t, u in zip(terms, operands):
+            sizes.update(zip(t, G.nodes[u]["shape"]))
+        return Merged(operands, terms, output, sizes)
+    return _substituted(G, group)
+
+
+def _substituted(G, group: list[int]) -> Merged:
+    """``merge`` of any group: each member's equation substituted into its user's."""
     inside = set(group)
     fresh = iter(range(1 << 62))
     root = group[0]
@@ -237,8 +243,8 @@ def _emit_pairwise(H, m: Merged, steps: Steps, operands: list[int], src) -> int:
         args = [items[i] for i in inds]
         for i in reversed(inds):
             items.pop(i)
-        items.append(ir.add_op(H, "einsum", args, {"equation": relabel(picked, result)},
-                               src=src))
+        eq = einsum_mod.first_use_equation(picked, result)
+        items.append(ir.add_op(H, "einsum", args, {"equation": eq}, src=src))
     return items[0]
 
 
@@ -379,7 +385,17 @@ def contraction(G: nx.MultiDiGraph, ctx) -> PassResult:
         root = group[0]
         rd = G.nodes[root]
         operands = [replaced.get(u, u) for u in m.operands]
-        if rec["decision"] == "needs slicing" or ctx.whole_contraction:
+        one_node = rec["decision"] == "needs slicing" or ctx.whole_contraction
+        if one_node and group == [root] and operands == ir.operands(G, root):
+            # one einsum stays one node, now with its path: the node itself is kept (its
+            # operand edges, often hundreds, are not rebuilt); verification re-infers it
+            nd = H.nodes[root]
+            nd["attrs"] = dict(nd["attrs"], equation=m.equation, path=steps.path)
+            rec["node"] = root
+            rec["emitted"] = "one node along the path"
+            replaced[root] = root
+            continue
+        if one_node:
             new = ir.add_op(H, "einsum", operands, {"equation": m.equation, "path": steps.path},
                             src=rd["src"])
             rec["node"] = new

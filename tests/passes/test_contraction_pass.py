@@ -281,3 +281,23 @@ def test_compile_reports_contraction(rng):
     arrays = [rng.standard_normal((40, 40)) for _ in range(3)] + [rng.standard_normal(40)]
     A, B, C, v = arrays
     np.testing.assert_allclose(plan(*arrays), A @ B @ C @ v, rtol=1e-9)
+
+
+@pytest.mark.parametrize("eq, shapes", [
+    ("xy,yz,zw->xw", [(2, 3), (3, 4), (4, 5)]),
+    ("ij,jk,kl->", [(2, 3), (3, 4), (4, 2)]),
+    ("iij,jk,k->ik", [(3, 3, 4), (4, 5), (5,)]),      # a diagonal
+    ("ba,cb,dc->ad", [(3, 2), (4, 3), (2, 4)]),       # labels not in first-use order
+    ("i,j,k->kji", [(2,), (3,), (4,)]),               # an outer product, output permuted
+])
+def test_merging_one_einsum_is_the_general_substitution(eq, shapes):
+    # ``merge`` relabels a lone einsum directly (tensor networks: hundreds of operands); it
+    # must give what substituting the group's equations gives
+    from graphopt.passes.contraction import _substituted
+    g = go.Graph("one")
+    g.output(go.einsum(eq, *[g.input(f"x{i}", s) for i, s in enumerate(shapes)]))
+    G = g.to_ir()
+    (group,) = find_groups(G)
+    fast, general = merge(G, group), _substituted(G, group)
+    assert (fast.operands, fast.terms, fast.output, fast.sizes) == \
+        (general.operands, general.terms, general.output, general.sizes)
