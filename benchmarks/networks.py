@@ -14,8 +14,9 @@ missing. For each, in one process:
 - graphopt end to end at default settings (``go.compile`` in an empty cache, then one call:
   path search and numba compilation included), again as a second process would (path and
   kernels from the disk cache), its path-search seconds and the median call; opt_einsum
-  executing cotengra's path (median call); quimb's own ``contract`` where the network is
-  quimb's (median call, end to end);
+  executing cotengra's path (median call); quimb's own ``contract(all)`` (end to end: its
+  first call in the process, path search included; median call), on quimb's networks and
+  on the others as a quimb ``TensorNetwork`` of the same arrays and index names;
 - the largest relative difference of graphopt's result from opt_einsum's, float64/complex128.
 
 ``--mode both`` (the default) runs the instances once pinned to one core with one thread per
@@ -97,6 +98,16 @@ def _quimb_tn(which):
         tn = circ.amplitude_tn("0" * n)
     eq = tn.get_equation(output_inds=())
     return eq, [np.asarray(t.data) for t in tn], tn
+
+
+def _quimb_network(terms, output, arrays):
+    """The network as a quimb ``TensorNetwork`` (one tensor per term, its labels as index
+    names), or None without quimb: quimb contracts it as it would its own."""
+    try:
+        import quimb.tensor as qtn
+    except ImportError:
+        return None
+    return qtn.TensorNetwork([qtn.Tensor(a, inds=tuple(t)) for t, a in zip(terms, arrays)])
 
 
 def _instance(description, make, *args):
@@ -206,9 +217,10 @@ def measure(name: str, budget: float) -> dict:
     row["opt_einsum_cotengra_path_run_seconds"] = _median_call(lambda: expr(*arrays))
     scale = max(float(np.max(np.abs(ref))), 1e-300)
     row["max_rel_diff"] = float(np.max(np.abs(np.asarray(got) - ref)) / scale)
+    tn = tn if tn is not None else _quimb_network(terms, out, arrays)
     if tn is not None:
         def quimb_contract():
-            return tn.contract(all, output_inds=())
+            return tn.contract(all, output_inds=tuple(out))
         t0 = time.perf_counter()
         quimb_contract()
         row["quimb_end_to_end_seconds"] = time.perf_counter() - t0

@@ -287,8 +287,12 @@ def first_use_equation(inputs: Sequence[str], output: str, symbol=label) -> str:
     first use (inputs, then output): ``xy,yz->xz`` and ``ij,jk->ik`` both become
     ``ab,bc->ac``. With ``label`` (the default) the result is an IR equation."""
     used = dict.fromkeys("".join(inputs) + output)
-    return (",".join(inputs) + "->" + output).translate(
-        {ord(c): symbol(i) for i, c in enumerate(used)})
+    if symbol is label and used:
+        label(len(used) - 1)            # the IR labels listed up to that many
+        names = _LABELS
+    else:
+        names = [symbol(i) for i in range(len(used))]
+    return (",".join(inputs) + "->" + output).translate(dict(zip(map(ord, used), names)))
 
 
 def canonical_labels(inputs: Sequence[str], output: str) -> str:

@@ -34,7 +34,10 @@ class OptimizationReport:
     cache_hit: bool = False
     plan_details: dict = field(default_factory=dict)   # a backend's own plan facts
     dtypes: dict = field(default_factory=dict)   # inputs, outputs and where dtypes changed
-    node_info: dict = field(default_factory=dict, repr=False)   # node -> (op, user's line)
+    # the graphs whose nodes ``node_info`` names (source, optimized, lowered), read on first
+    # ask: a network's hundreds of nodes are not walked at every compile
+    _named_graphs: list = field(default_factory=list, repr=False, compare=False)
+    _node_info: dict | None = field(default=None, repr=False, compare=False)
     _dot: str | None = None
     _graph: object = field(default=None, repr=False, compare=False)   # drawn on first ask
     _plan: object = field(default=None, repr=False, compare=False)   # weakref to the plan
@@ -47,15 +50,25 @@ class OptimizationReport:
                      flops_optimized=cost.graph_flops(graph),
                      nodes_before=source_graph.number_of_nodes(),
                      nodes_after=graph.number_of_nodes(), dtypes=dtype_facts(source_graph))
-        report._note_nodes(source_graph)
-        report._note_nodes(graph)
+        report._named_graphs += [source_graph, graph]
         return report
 
-    def _note_nodes(self, G) -> None:
-        for n, d in G.nodes(data=True):
-            self.node_info.setdefault(n, (d["op"], d.get("src") or ""))
-            if d["op"] == "fused":
-                self._note_nodes(d["attrs"]["graph"])
+    @property
+    def node_info(self) -> dict:
+        """Node id -> (op, the user's line), over the source, optimized and lowered graphs
+        and their fused sub-graphs (the first graph that has an id names it)."""
+        if self._node_info is None:
+            info: dict = {}
+
+            def note(G):
+                for n, d in G.nodes(data=True):
+                    info.setdefault(n, (d["op"], d.get("src") or ""))
+                    if d["op"] == "fused":
+                        note(d["attrs"]["graph"])
+            for G in self._named_graphs:
+                note(G)
+            self._node_info = info
+        return self._node_info
 
     def attach_plan(self, plan) -> None:
         """Fill in the kernel table and memory plan from the lowered plan."""
@@ -73,7 +86,8 @@ class OptimizationReport:
         self.plan_details = dict(getattr(plan, "details", None) or {})
         self._plan = weakref.ref(plan)
         self._graph, self._dot = plan.graph, None
-        self._note_nodes(plan.graph)
+        self._named_graphs.append(plan.graph)
+        self._node_info = None
 
     def thread_info(self) -> dict | None:
         """The thread budget the plan's calls get now and where it comes from, with the
@@ -161,7 +175,8 @@ class OptimizationReport:
 
     def contraction_lines(self) -> list[str]:
         """One line per contraction group of three or more operands: FLOPs in the order the
-        user wrote, in opt_einsum's greedy order and in the chosen one; how the path was
+        user wrote, in the greedy order the search started from (cotengrust's where installed,
+        else opt_einsum's) and in the chosen one; how the path was
         found (searcher, trials, seconds against the budget, path cache)."""
         groups = [g for r in self.records if r.name == "contraction"
                   for g in r.details.get("groups", ()) if g.get("operands", 0) > 2]
