@@ -2,13 +2,8 @@
 
 ``find_path(terms, output, sizes, time_budget=None)`` returns the cheapest path found
 (``paths.Steps``; cost ``Steps.combo``: FLOPs plus 64 per element written) and a record of
-the search. It starts from a greedy path: cotengrust's (Rust, ten times faster than
-opt_einsum's pure-Python greedy, which is 2-11 ms on 60-200 tensors) where it is installed,
-at ``GREEDY_COSTMODS[0]``, else opt_einsum's. Cheapest first, it then runs what the budget
-pays for: cotengrust's greedy at the other ``GREEDY_COSTMODS`` (on nine networks no one
-weight was best: 0.5 was within 1.3x of opt_einsum's greedy on five, 2.0 was the best on a
-PEPS norm, where 0.5 was 42x worse); opt_einsum's random-greedy trials (the first is its
-plain greedy); where cotengra is installed (``pip
+the search. It starts from opt_einsum's greedy path, then runs randomized trials until the
+budget is spent: opt_einsum's random-greedy trials; where cotengra is installed (``pip
 install graphopt[networks]``: cotengra, cotengrust, kahypar, optuna) and the budget pays
 for it, cotengra's subtree reconfiguration of the best of them (a deterministic
 local search: 3-5x fewer FLOPs on lattices, PEPS and MPO networks in tens of
@@ -19,10 +14,8 @@ The budget: ``time_budget`` seconds where given (``compile(..., path_time=)``); 
 ``SEARCH_FRACTION`` of the estimated run time of the best path found so far (its combo cost
 at ``COMBO_RATE``), at most ``DEFAULT_MAX_SECONDS``: a network that runs in a millisecond
 is ordered in well under one, an expensive one gets seconds. The steps before cotengra's
-hyper-optimizer are counted, not timed (``SearchSteps``): each of cotengrust's greedy
-paths at ``FAST_TRIAL_SECONDS_PER_TENSOR`` and ``_PER_PAIR``, opt_einsum's greedy and each
-random-greedy trial at ``TRIAL_SECONDS_PER_TENSOR`` and ``TRIAL_SECONDS_PER_PAIR``, the
-reconfiguration at
+hyper-optimizer are counted, not timed (``SearchSteps``): greedy and each random-greedy
+trial at ``TRIAL_SECONDS_PER_TENSOR`` and ``TRIAL_SECONDS_PER_PAIR``, the reconfiguration at
 ``RECONF_SECONDS_PER_TENSOR`` for its subtree size. A step runs only where what was counted
 so far plus its own assumed cost is within the budget of the best path found so far (the
 trials within ``TRIAL_SHARE`` of it, leaving the rest to the reconfiguration), so a
@@ -70,13 +63,6 @@ MIN_TRIALS = 8             # random-greedy trials run before the clock, where th
 # core: 2.7-20 ms, within 20 % of this.
 TRIAL_SECONDS_PER_TENSOR = 3e-5
 TRIAL_SECONDS_PER_PAIR = 1.3e-5
-# cotengrust's greedy, played (``paths.play`` takes as long as the search): measured on the
-# same nine networks at 0.28-0.9 ms, within 30 % of this
-FAST_TRIAL_SECONDS_PER_TENSOR = 4e-6
-FAST_TRIAL_SECONDS_PER_PAIR = 1.5e-7
-# cotengrust's greedy weighs the tensors a contraction removes against the one it adds by
-# ``costmod``: the first is the start path, the others are trials
-GREEDY_COSTMODS = (0.5, 1.0, 2.0)
 # cotengra's subtree reconfiguration's assumed cost per tensor, by subtree size (the median
 # of those nine networks: 0.12-0.2, 0.2-0.3 and 0.24-1.6 ms a tensor)
 RECONF_SECONDS_PER_TENSOR = {8: 6e-4, 6: 2.5e-4, 4: 1.6e-4}
@@ -118,9 +104,6 @@ class SearchSteps:
 
     def trial_seconds(self) -> float:
         return TRIAL_SECONDS_PER_TENSOR * self.n + TRIAL_SECONDS_PER_PAIR * self.pairs
-
-    def fast_trial_seconds(self) -> float:
-        return FAST_TRIAL_SECONDS_PER_TENSOR * self.n + FAST_TRIAL_SECONDS_PER_PAIR * self.pairs
 
     def pays_for(self, seconds: float, share: float = 1.0) -> bool:
         return self.counted + seconds <= share * self.budget()
@@ -174,11 +157,10 @@ class _RandomGreedyTrials:
 
     name = "opt_einsum random-greedy"
 
-    def __init__(self, terms, output, sizes, first: int = 1):
+    def __init__(self, terms, output, sizes):
         from opt_einsum import RandomGreedy
         self._fn, self._args = RandomGreedy().setup(*_int_labels(terms, output, sizes))
-        # trial 0 is opt_einsum's plain greedy: skipped where the search started from it
-        self._first = self._r = first
+        self._r = 1       # trial 0 is plain greedy, which the search starts from
 
     def trial(self, seconds_left: float) -> list[tuple[int, ...]]:
         from opt_einsum.paths import ssa_to_linear
@@ -188,7 +170,7 @@ class _RandomGreedyTrials:
 
     @property
     def trials(self) -> int:
-        return self._r - self._first
+        return self._r - 1
 
 
 class _HyperTrials:
@@ -253,46 +235,7 @@ def reordered_for_peak(terms, output, sizes, path) -> list[tuple[int, ...]]:
         return [tuple(p) for p in tree.get_path()]
 
 
-def _fast_greedy_available() -> bool:
-    try:
-        import cotengrust  # noqa: F401
-    except ImportError:
-        return False
-    return True
-
-
-def _fast_greedy(terms, output, sizes, costmod: float) -> list[tuple[int, ...]]:
-    """cotengrust's greedy path at ``costmod`` (deterministic: no temperature; its labels
-    are strings, numbered in Rust in order of use, so the path does not depend on Python's
-    hash seed)."""
-    import cotengrust
-    return [tuple(p) for p in cotengrust.optimize_greedy(
-        [tuple(t) for t in terms], tuple(output), dict(sizes), costmod=costmod,
-        simplify=False, use_ssa=False)]
-
-
-def _fast_greedy_trials(terms, output, sizes, counted: "SearchSteps", keep) -> int:
-    """cotengrust's greedy at the other ``GREEDY_COSTMODS``, each where the counted budget
-    pays for it, each path given to ``keep``; how many ran."""
-    ran = 0
-    for costmod in GREEDY_COSTMODS[1:]:
-        if not counted.pays_for(counted.fast_trial_seconds(), TRIAL_SHARE):
-            break
-        counted.count(counted.fast_trial_seconds())
-        keep(_fast_greedy(terms, output, sizes, costmod))
-        ran += 1
-    return ran
-
-
 def _greedy(terms, output, sizes) -> Steps:
-    """The path the search starts from: cotengrust's greedy at ``GREEDY_COSTMODS[0]``
-    where it is installed, else opt_einsum's greedy."""
-    if len(terms) > 2 and _fast_greedy_available():
-        try:
-            return play(terms, output, sizes,
-                        _fast_greedy(terms, output, sizes, GREEDY_COSTMODS[0]))
-        except GraphError:     # not a full path: opt_einsum's greedy instead
-            pass
     from opt_einsum import paths as oe_paths
     path = oe_paths.greedy(*_int_labels(terms, output, sizes))
     return play(terms, output, sizes, path)
@@ -312,8 +255,7 @@ def search(terms, output, sizes, time_budget: float | None, start: Steps | None 
         return time.perf_counter() - t0
 
     counted = SearchSteps(terms, budget)
-    fast = len(terms) > 2 and _fast_greedy_available()
-    counted.count(counted.fast_trial_seconds() if fast else counted.trial_seconds())
+    counted.count(counted.trial_seconds())           # greedy's
 
     def keep(path):
         nonlocal best
@@ -339,18 +281,14 @@ def search(terms, output, sizes, time_budget: float | None, start: Steps | None 
         def hyper():     # the budget follows the best path so far: asked each time
             return cotengra and budget() >= HYPER_MIN_SECONDS
 
-        runner, reconfigured = None, ""
+        runner = None
 
         def greedy_trial():
             nonlocal runner
-            runner = runner or _RandomGreedyTrials(terms, output, sizes, first=0 if fast else 1)
+            runner = runner or _RandomGreedyTrials(terms, output, sizes)
             keep(runner.trial(budget() - elapsed()))
-            return fast_trials + runner.trials
+            return runner.trials
 
-        trials = fast_trials = _fast_greedy_trials(terms, output, sizes, counted, keep) \
-            if fast else 0
-        if fast_trials:
-            searcher = f"cotengrust greedy ({1 + fast_trials} weights)"
         while trials < MIN_TRIALS and counted.pays_for(counted.trial_seconds(), TRIAL_SHARE):
             counted.count(counted.trial_seconds())
             trials = greedy_trial()
@@ -363,16 +301,14 @@ def search(terms, output, sizes, time_budget: float | None, start: Steps | None 
                 s = best
             if s.combo < best.combo:
                 best = s
-            reconfigured = f", subtree reconfiguration ({subtree})"
+            searcher += f", subtree reconfiguration ({subtree})"
         # the rest of a budget too small for the hyper-optimizer (or without cotengra):
         # random-greedy trials by the clock, where the user set the budget or nothing
         # else improves the path
         while not hyper() and (time_budget is not None or not cotengra) and elapsed() < budget():
             trials = greedy_trial()
-        if runner is not None and runner.trials:
-            searcher = _RandomGreedyTrials.name if searcher == "greedy" else \
-                f"{searcher}, {_RandomGreedyTrials.name}"
-        searcher += reconfigured
+        if trials:
+            searcher = searcher.replace("greedy", _RandomGreedyTrials.name, 1)
         if hyper() and elapsed() < budget():
             hyper_trials = _HyperTrials(terms, output, sizes)
             while elapsed() < budget():

@@ -175,8 +175,7 @@ class OptimizationReport:
 
     def contraction_lines(self) -> list[str]:
         """One line per contraction group of three or more operands: FLOPs in the order the
-        user wrote, in the greedy order the search started from (cotengrust's where installed,
-        else opt_einsum's) and in the chosen one; how the path was
+        user wrote, in opt_einsum's greedy order and in the chosen one; how the path was
         found (searcher, trials, seconds against the budget, path cache)."""
         groups = [g for r in self.records if r.name == "contraction"
                   for g in r.details.get("groups", ()) if g.get("operands", 0) > 2]

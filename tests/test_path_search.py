@@ -189,51 +189,9 @@ def test_default_budget_follows_the_estimated_run_time():
 
 def test_without_cotengra_the_search_runs_random_greedy(cache_dir, monkeypatch):
     monkeypatch.setattr(path_search, "_hyper_available", lambda: False)
-    monkeypatch.setattr(path_search, "_fast_greedy_available", lambda: False)
     _, terms, output, sizes, _ = network(20, 6)
     _, rec = path_search.find_path(terms, output, sizes, time_budget=0.6, cache=False)
     assert rec["searcher"] == "opt_einsum random-greedy" and rec["cache"] == "off"
-    from opt_einsum import paths as oe_paths
-    start = play(terms, output, sizes,
-                 oe_paths.greedy(*path_search._int_labels(terms, output, sizes)))
-    assert rec["greedy_combo"] == start.combo     # the start is opt_einsum's greedy
-
-
-def test_with_cotengrust_the_start_is_its_greedy_and_other_weights_are_trials(
-        cache_dir, monkeypatch):
-    pytest.importorskip("cotengrust")
-    pytest.importorskip("cotengra")     # (without it, spare budget buys clocked trials)
-    _, terms, output, sizes, _ = network(40, 3)
-    first = play(terms, output, sizes, path_search._fast_greedy(
-        terms, output, sizes, path_search.GREEDY_COSTMODS[0]))
-    assert greedy_steps(terms, output, sizes).path == first.path
-    _, rec = path_search.search(terms, output, sizes, 0)
-    assert rec["searcher"] == "greedy" and rec["greedy_combo"] == first.combo
-    # a budget that pays for the other weights but not for opt_einsum's Python trials
-    counted = path_search.SearchSteps(terms, None)
-    budget = (len(path_search.GREEDY_COSTMODS) * counted.fast_trial_seconds()
-              / path_search.TRIAL_SHARE)
-    assert budget < counted.trial_seconds()
-    monkeypatch.setattr(path_search, "default_budget", lambda steps: budget)
-    steps, rec = path_search.search(terms, output, sizes, None)
-    others = [play(terms, output, sizes, path_search._fast_greedy(terms, output, sizes, c))
-              for c in path_search.GREEDY_COSTMODS[1:]]
-    assert rec["trials"] == len(others)
-    assert rec["searcher"].startswith(f"cotengrust greedy ({len(others) + 1} weights)")
-    assert steps.combo == min(s.combo for s in [first, *others])
-
-
-def test_cotengrust_greedy_paths_do_not_depend_on_the_hash_seed():
-    pytest.importorskip("cotengrust")
-    _, terms, output, sizes, _ = network(40, 4)
-    code = ("import json, sys; from graphopt import path_search as p; "
-            "t, o, s = json.loads(sys.argv[1]); "
-            "print(p._fast_greedy(t, o, s, p.GREEDY_COSTMODS[0]))")
-    arg = json.dumps([terms, output, sizes])
-    got = {subprocess.run([sys.executable, "-c", code, arg], capture_output=True, text=True,
-                          check=True, env=dict(os.environ, PYTHONHASHSEED=str(seed))).stdout
-           for seed in (1, 2, 3)}
-    assert len(got) == 1 and got.pop().startswith("[(")
 
 
 def test_with_cotengra_a_large_budget_runs_its_hyper_optimizer(cache_dir):
