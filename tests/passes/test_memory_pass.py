@@ -185,3 +185,25 @@ def test_check_memory_plan_rejects_overlap():
     plan.offsets[b_id] = plan.offsets[a_id]
     with pytest.raises(GraphError, match="overlap"):
         check_memory_plan(H, plan)
+
+
+def test_best_fit_scans_placed_buffers_the_same_in_python_and_in_numpy(monkeypatch):
+    # below VECTOR_SCAN_BUFFERS the overlap test is a Python scan, above it NumPy's: the
+    # same offsets either way, and no two overlapping intervals share a byte
+    from graphopt import liveness
+    rng = np.random.default_rng(7)
+    intervals, sizes = {}, {}
+    for n in range(400):
+        a = int(rng.integers(0, 400))
+        intervals[n], sizes[n] = (a, a + int(rng.integers(0, 30))), int(rng.integers(0, 5000))
+    monkeypatch.setattr(liveness, "VECTOR_SCAN_BUFFERS", 10**6)
+    scanned = liveness.assign_arena_offsets(intervals, sizes)
+    monkeypatch.setattr(liveness, "VECTOR_SCAN_BUFFERS", 0)
+    assert liveness.assign_arena_offsets(intervals, sizes) == scanned
+    offsets, arena = scanned
+    for u in intervals:
+        for v in intervals:
+            if u < v and sizes[u] and sizes[v] and intervals[u][0] <= intervals[v][1] \
+                    and intervals[v][0] <= intervals[u][1]:
+                assert offsets[u] + sizes[u] <= offsets[v] or offsets[v] + sizes[v] <= offsets[u]
+    assert arena >= max(offsets[n] + sizes[n] for n in sizes)
