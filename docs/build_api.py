@@ -34,6 +34,7 @@ SECTIONS = [
     ("Layout", ["reshape", "transpose", "broadcast_to"]),
     ("Compiling and running", ["compile", "Plan", "OptimizationReport", "thread_budget"]),
     ("Tracing Python functions", ["jit", "disable_jit"]),
+    ("Gradients", ["grad", "value_and_grad", "vjp"]),
     ("Saving graphs", ["save", "load"]),
     ("Progress", ["show_progress"]),
     ("Errors", ["GraphError", "ShapeError", "DTypeError", "EinsumError", "InputError"]),

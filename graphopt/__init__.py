@@ -4,6 +4,7 @@ See DESIGN §2 for the public API; everything public is exported here."""
 
 import logging as _logging
 
+from .autodiff import grad, value_and_grad, vjp
 from .compiler import compile
 from .eager import disable_jit
 from .errors import DTypeError, EinsumError, GraphError, InputError, ShapeError
@@ -68,7 +69,8 @@ _logging.getLogger(__name__).addHandler(_logging.NullHandler())
 
 __all__ = [
     "Graph", "Tensor", "Plan", "OptimizationReport", "compile", "jit", "contract", "save",
-    "load", "thread_budget", "disable_jit", "show_progress", "GraphError", "ShapeError",
+    "load", "grad", "value_and_grad", "vjp",
+    "thread_budget", "disable_jit", "show_progress", "GraphError", "ShapeError",
     "DTypeError", "EinsumError", "InputError",
     "einsum", "matmul", "exp", "log", "sqrt", "abs", "neg", "tanh", "sigmoid", "relu", "gelu",
     "sin", "cos", "square", "reciprocal", "conj", "real", "imag", "add", "sub", "mul", "div",

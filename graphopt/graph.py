@@ -9,7 +9,7 @@ from typing import Sequence
 
 import numpy as np
 
-from . import display, ir, ops
+from . import display, ir, ops, signature
 from .errors import DTypeError, GraphError, InputError, ShapeError
 from .tensor import Tensor, user_src
 
@@ -77,32 +77,23 @@ class Graph:
         return Tensor(self, nid)
 
     def output(self, tensors) -> None:
-        """Mark the outputs: one Tensor, a tuple/list of Tensors, or a dict name -> Tensor.
-
-        The compiled plan returns the same structure."""
+        """Mark the outputs: one Tensor, or a tuple, list or dict (str keys) of them, nested
+        to any depth (``(loss, {"w": dw})``). The compiled plan returns the same structure."""
         src = user_src()
 
         def check(t):
             if not isinstance(t, Tensor):
-                raise GraphError(f"outputs must be Tensors, got {type(t).__name__}",
-                                 op="output", src=src)
+                raise GraphError(f"outputs must be Tensors, got {type(t).__name__}; g.output "
+                                 "takes a Tensor, tuple, list or dict of them", op="output",
+                                 src=src)
             if t.graph is not self:
                 raise GraphError("output Tensor belongs to another Graph", op="output", src=src)
             return t.id
 
-        if isinstance(tensors, Tensor):
-            ids, struct = [check(tensors)], {"kind": "tensor"}
-        elif isinstance(tensors, (tuple, list)):
-            ids = [check(t) for t in tensors]
-            struct = {"kind": type(tensors).__name__, "length": len(ids)}
-        elif isinstance(tensors, dict):
-            keys = list(tensors)
-            if not all(isinstance(k, str) for k in keys):
-                raise GraphError("output dict keys must be str", op="output", src=src)
-            ids, struct = [check(tensors[k]) for k in keys], {"kind": "dict", "keys": keys}
-        else:
-            raise GraphError(f"g.output takes a Tensor, tuple, list or dict, got "
-                             f"{type(tensors).__name__}", op="output", src=src)
+        try:
+            ids, struct = signature.flatten_outputs(tensors, check)
+        except GraphError as e:
+            raise e.located(op="output", src=src) from None
         if not ids:
             raise GraphError("g.output needs at least one Tensor", op="output", src=src)
         self._G.graph["outputs"] = ids

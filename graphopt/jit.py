@@ -114,10 +114,14 @@ def jit(fn=None, **compile_kwargs):
     def wrapper(*args, **kwargs):
         if eager.jit_disabled():
             return eager.run(fn, args, kwargs)
+        return run_compiled(*args, **kwargs)
+
+    def run_compiled(*args, **kwargs):
         plan, arrays = plan_for(*args, **kwargs)
         return plan(*arrays)
 
     wrapper.plan_for = lambda *a, **k: plan_for(*a, **k)[0]
+    wrapper.run_compiled = run_compiled   # the compiled call, under disable_jit too
     wrapper.plans = plans
     return wrapper
 

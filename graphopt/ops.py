@@ -336,20 +336,41 @@ def window_index(window) -> tuple:
     return tuple(out)
 
 
-def _slice_infer(shapes, dtypes, attrs):
-    (shape,), window = shapes, tuple(tuple(w) for w in attrs["window"])
+def _fitted_window(window, shape) -> tuple:
+    """``window`` as a tuple of ``(start, step, count)``, checked to lie within ``shape``."""
+    window = tuple(tuple(w) for w in window)
     if len(window) != len(shape):
         raise ShapeError(f"window {window} has {len(window)} dims, the operand {len(shape)}")
     for d, (start, step, count) in zip(shape, window):
         if step == 0 or count < 0 or count and not (
                 0 <= start < d and 0 <= start + (count - 1) * step < d):
             raise ShapeError(f"window {window} does not fit shape {tuple(shape)}")
-    return tuple(w[2] for w in window), dtypes[0]
+    return window
+
+
+def _slice_infer(shapes, dtypes, attrs):
+    return tuple(w[2] for w in _fitted_window(attrs["window"], shapes[0])), dtypes[0]
+
+
+def _pad_infer(shapes, dtypes, attrs):
+    (shape,), full = shapes, tuple(attrs["shape"])
+    window = _fitted_window(attrs["window"], full)
+    if tuple(w[2] for w in window) != tuple(shape):
+        raise ShapeError(f"operand {tuple(shape)} does not fill window {window}")
+    return full, dtypes[0]
+
+
+def _pad_impl(a, attrs):
+    out = np.zeros(attrs["shape"], dtype=a[0].dtype)
+    out[window_index(attrs["window"])] = a[0]
+    return out
 
 
 # a copy: the value is the graph's own, never a view of an input the user may change
 register_op(OpDef("slice", SLICE, lambda a, attrs: a[0][window_index(attrs["window"])].copy(),
                   _slice_infer, 1))
+# slice's transpose (its gradient): zeros of ``shape`` with the operand at ``window``
+register_op(OpDef("pad", SLICE, _pad_impl, _pad_infer, 1))
 
 
 # ------------------------------------------------------------------------------ contraction

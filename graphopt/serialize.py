@@ -24,7 +24,7 @@ import tempfile
 import networkx as nx
 import numpy as np
 
-from . import ir, ops
+from . import ir, ops, signature
 from .errors import GraphError, InputError
 
 FORMAT = "graphopt.graph"
@@ -174,19 +174,16 @@ def dict_to_graph(doc, depth: int = 0) -> nx.MultiDiGraph:
     name = doc.get("name", "graph")
     _expect(isinstance(name, str), "'name' must be a string")
     struct = doc.get("output_structure", {"kind": "tensor"})
-    _expect(isinstance(struct, dict) and struct.get("kind") in ("tensor", "tuple", "list", "dict"),
-            "output_structure.kind must be tensor, tuple, list or dict")
-    if struct["kind"] == "dict":
-        keys = struct.get("keys")
-        _expect(isinstance(keys, list) and all(isinstance(k, str) for k in keys)
-                and len(keys) == len(doc["outputs"]) and len(set(keys)) == len(keys),
-                "a dict output_structure needs distinct string keys, one per output")
-    if struct["kind"] == "tensor":
-        _expect(len(doc["outputs"]) == 1, "a tensor output_structure has exactly one output")
+    try:
+        leaves = signature.structure_leaves(struct)
+    except GraphError as e:
+        raise _bad(e.detail) from None
+    _expect(leaves == len(doc["outputs"]),
+            f"output_structure arranges {leaves} output(s), 'outputs' lists "
+            f"{len(doc['outputs'])} (a tensor output_structure has exactly one output)")
 
     G = ir.new_graph(name)
-    G.graph["output_structure"] = {k: (list(v) if isinstance(v, list) else v)
-                                   for k, v in struct.items()}
+    G.graph["output_structure"] = struct
     seen: set[int] = set()
     for i, nd in enumerate(doc["nodes"]):
         _expect(isinstance(nd, dict), f"node #{i} must be an object")

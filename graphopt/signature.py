@@ -10,7 +10,7 @@ from typing import Sequence
 import networkx as nx
 import numpy as np
 
-from .errors import InputError
+from .errors import GraphError, InputError
 
 
 def bind_inputs(G: nx.MultiDiGraph, args: Sequence, kwargs: dict) -> list:
@@ -82,13 +82,67 @@ def convert_exact(v, dtype: str, name: str, src=None) -> np.ndarray:
     return c
 
 
-def restructure(struct: dict, values: list):
-    """Arrange output values in the structure given to ``g.output``."""
+def flatten_outputs(value, leaf) -> tuple[list, dict]:
+    """``(leaves, struct)`` of an output value: a leaf (``leaf(v)`` gives its id), or a
+    tuple, list or str-keyed dict of output values, nested to any depth. ``struct`` is what
+    ``restructure`` takes back; a container holding only leaves has no ``items`` (the form
+    graphs saved before nesting have)."""
+    if isinstance(value, (tuple, list)):
+        parts = [flatten_outputs(v, leaf) for v in value]
+        struct = {"kind": type(value).__name__, "length": len(parts)}
+    elif isinstance(value, dict):
+        if not all(isinstance(k, str) for k in value):
+            raise GraphError("output dict keys must be str")
+        parts = [flatten_outputs(v, leaf) for v in value.values()]
+        struct = {"kind": "dict", "keys": list(value)}
+    else:
+        return [leaf(value)], {"kind": "tensor"}
+    if any(p[1]["kind"] != "tensor" for p in parts):
+        struct["items"] = [p[1] for p in parts]
+    return [x for p in parts for x in p[0]], struct
+
+
+def structure_leaves(struct) -> int:
+    """How many outputs ``struct`` arranges; ``GraphError`` where it is malformed."""
+    if not isinstance(struct, dict) or struct.get("kind") not in ("tensor", "tuple", "list",
+                                                                  "dict"):
+        raise GraphError(f"output_structure.kind must be tensor, tuple, list or dict (in "
+                         f"{struct!r})")
     kind = struct["kind"]
     if kind == "tensor":
-        return values[0]
+        return 1
+    if kind == "dict":
+        keys = struct.get("keys")
+        if not (isinstance(keys, list) and all(isinstance(k, str) for k in keys)
+                and len(set(keys)) == len(keys)):
+            raise GraphError("a dict output_structure needs distinct string keys")
+        n = len(keys)
+    else:
+        n = struct.get("length")
+        if not isinstance(n, int) or isinstance(n, bool) or n < 0:
+            raise GraphError(f"a {kind} output_structure needs a non-negative int length")
+    items = struct.get("items")
+    if items is None:
+        return n
+    if not isinstance(items, list) or len(items) != n:
+        raise GraphError(f"output_structure items must be a list of {n} structures")
+    return sum(structure_leaves(s) for s in items)
+
+
+def restructure(struct: dict, values: list):
+    """Arrange output values in the structure given to ``g.output``."""
+    return _rebuild(struct, iter(values))
+
+
+def _rebuild(struct: dict, values):
+    kind = struct["kind"]
+    if kind == "tensor":
+        return next(values)
+    n = len(struct["keys"]) if kind == "dict" else struct["length"]
+    items = struct.get("items") or [{"kind": "tensor"}] * n
+    parts = [_rebuild(s, values) for s in items]
     if kind == "tuple":
-        return tuple(values)
+        return tuple(parts)
     if kind == "list":
-        return list(values)
-    return dict(zip(struct["keys"], values))
+        return parts
+    return dict(zip(struct["keys"], parts))

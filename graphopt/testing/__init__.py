@@ -7,10 +7,12 @@
 oracle with propagated error bounds (``oracle.py``), and ``random_case(seed)`` makes the
 random graphs the differential fuzzer feeds it (``fuzz.py``);
 ``assert_plan_matches_interpreter(graph, plan, inputs)`` is the one "compile and compare
-with the interpreter" check (``plans.py``).
+with the interpreter" check (``plans.py``); ``assert_grad_correct(graph)`` holds
+``go.grad``/``go.vjp`` to float64 finite differences on every backend (``gradcheck.py``).
 """
 
 from .fuzz import random_case
+from .gradcheck import assert_grad_correct, gradient_graph
 from .oracle import check_against_oracle, oracle
 from .plans import assert_plan_matches_interpreter, output_leaves, plan_tolerance
 from .semantics import (
@@ -25,4 +27,4 @@ from .strategies import einsum_equations, graphs, inputs_for
 __all__ = ["graphs", "einsum_equations", "inputs_for", "assert_pass_preserves_semantics",
            "check_same_semantics", "check_pass_once", "graph_text", "tolerance",
            "check_against_oracle", "oracle", "random_case", "assert_plan_matches_interpreter",
-           "output_leaves", "plan_tolerance"]
+           "output_leaves", "plan_tolerance", "assert_grad_correct", "gradient_graph"]

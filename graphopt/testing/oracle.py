@@ -98,7 +98,7 @@ def _node(G, n, args: list[Bounded]) -> Bounded:
         y = np.asarray(ops.OPS[op].impl(vals, attrs))
         if np.dtype(dt).kind in "fc":
             y = y.astype(_wide(dt))
-    if kind == ops.LAYOUT:
+    if kind in (ops.LAYOUT, ops.SLICE):
         e = np.asarray(ops.OPS[op].impl([a.err for a in args], attrs))
         unc = np.asarray(ops.OPS[op].impl([a.uncertain for a in args], attrs))
         return Bounded(y, e, unc)

@@ -15,6 +15,7 @@ import numpy as np
 
 from ..equivalence import compare_outputs, graph_tolerance
 from ..interpreter import interpret
+from ..signature import flatten_outputs
 
 # numba_math's fast-math functions stay within ~4 ulp of float32; where a plan runs with
 # fast math (a backend that reads ``fast_math``, left at its default True) a float64 output
@@ -23,10 +24,9 @@ FAST_MATH_TOLERANCE = 1e-5
 
 
 def output_leaves(value) -> list:
-    """A plan's or the interpreter's outputs as a flat list, in output order."""
-    if isinstance(value, dict):
-        return list(value.values())
-    return list(value) if isinstance(value, (tuple, list)) else [value]
+    """A plan's or the interpreter's outputs as a flat list, in output order (nested
+    structures depth first)."""
+    return flatten_outputs(value, lambda leaf: leaf)[0]
 
 
 def plan_tolerance(G, plan) -> tuple[float, float]:
