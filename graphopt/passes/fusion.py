@@ -95,8 +95,12 @@ def _grow(G, root, pos, outputs, assigned, rejected) -> set:
 
 
 def _absorbed_consts(G, members) -> list[int]:
+    """Scalar constants the group's kernel inlines as literals: those no einsum member
+    reads (a contraction group's einsum takes every operand as an array argument)."""
+    einsum_read = {u for m in members if G.nodes[m]["op"] == "einsum"
+                   for u in ir.operands(G, m)}
     return sorted({u for m in members for u in ir.operands(G, m)
-                   if u not in members and is_scalar_const(G, u)})
+                   if u not in members and u not in einsum_read and is_scalar_const(G, u)})
 
 
 # -------------------------------------------------------------------------------- rewriting

@@ -12,7 +12,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import graphopt as go
-from graphopt.testing import assert_plan_matches_interpreter, graphs, inputs_for
+from graphopt.testing import (
+    assert_grad_correct,
+    assert_plan_matches_interpreter,
+    graphs,
+    inputs_for,
+)
 
 pytestmark = pytest.mark.dist
 distributed = pytest.importorskip("distributed")
@@ -294,3 +299,16 @@ def test_zero_size_values_and_zero_chunks(client):               # ISSUE 12: 15,
     g.output(go.exp(z))
     with pytest.raises(go.GraphError, match="chunks"):
         go.compile(g, backend="dask", client=client, chunks=(0, 10))(z=np.ones((4, 10)))
+
+
+def test_gradients_of_an_mlp_loss_on_the_cluster(client):
+    """go.grad's graph runs on dask like any graph, and matches finite differences."""
+    g = go.Graph("mlp_loss")
+    x = g.input("x", (16, 6))
+    w = g.input("w", (6, 5))
+    b = g.input("b", (5,))
+    h = go.gelu(go.einsum("bi,ij->bj", x, w) + b)
+    g.output(go.logsumexp(h, axis=1).mean())
+    assert_grad_correct(g, wrt=["w", "b"], backends=("dask",), opt_levels=(2,),
+                        compile_options=dict(chunks=4, client=client, block_kernel="numpy",
+                                             progress=False))

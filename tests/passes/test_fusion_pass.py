@@ -9,7 +9,7 @@ from graphopt import ir, ops
 from graphopt.interpreter import run_graph
 from graphopt.passes import PassContext
 from graphopt.passes.fusion import fusion
-from graphopt.testing import check_same_semantics
+from graphopt.testing import assert_plan_matches_interpreter, check_same_semantics
 
 
 def fuse(g):
@@ -289,3 +289,16 @@ def test_non_float_groups(dtype):
     g.output((x * y + x).sum(axis=0))
     G, H, details = fuse(g)
     assert details["patterns"] == ["reduction"]
+
+
+def test_a_scalar_constant_operand_of_a_fused_einsum_stays_an_argument(rng):
+    """A contraction group whose einsum reads a one-element constant (gradient graphs make
+    ``einsum(",abc->bca", 1, x)``): the constant is passed to the einsum, not inlined."""
+    g = go.Graph("scalar_einsum")
+    x = g.input("x", (4, 4, 2), "complex128")
+    y = g.input("y", (4, 2, 4), "complex128")
+    g.output(go.conj(go.einsum(",abc->bca", g.const(np.complex128(2 + 1j)), x)) + y)
+    for backend in ("numpy", "numba"):
+        plan = go.compile(g, backend=backend, cache=False)
+        assert_plan_matches_interpreter(g, plan, {
+            "x": rng.normal(size=(4, 4, 2)) + 1j, "y": rng.normal(size=(4, 2, 4)) + 0j})
