@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from . import cost, display, ir, report_text, threads
+from .autodiff.accounting import gradient_facts
 from .report_text import human_bytes as _mb
 
 
@@ -34,6 +35,7 @@ class OptimizationReport:
     cache_hit: bool = False
     plan_details: dict = field(default_factory=dict)   # a backend's own plan facts
     dtypes: dict = field(default_factory=dict)   # inputs, outputs and where dtypes changed
+    gradient: dict | None = None   # a go.grad/go.vjp graph's facts (autodiff.accounting)
     # the graphs whose nodes ``node_info`` names (source, optimized, lowered), read on first
     # ask: a network's hundreds of nodes are not walked at every compile
     _named_graphs: list = field(default_factory=list, repr=False, compare=False)
@@ -49,7 +51,8 @@ class OptimizationReport:
                      flops_naive=cost.graph_flops(source_graph),
                      flops_optimized=cost.graph_flops(graph),
                      nodes_before=source_graph.number_of_nodes(),
-                     nodes_after=graph.number_of_nodes(), dtypes=dtype_facts(source_graph))
+                     nodes_after=graph.number_of_nodes(), dtypes=dtype_facts(source_graph),
+                     gradient=gradient_facts(source_graph))
         report._named_graphs += [source_graph, graph]
         return report
 
@@ -126,7 +129,7 @@ class OptimizationReport:
                 "nodes_after": self.nodes_after, "memory": dict(self.memory),
                 "memory_measured": self.measured_memory(), "threads": self.thread_info(),
                 "compile_seconds": self.compile_seconds, "cache_hit": self.cache_hit,
-                "dtypes": dict(self.dtypes),
+                "dtypes": dict(self.dtypes), "gradient": self.gradient,
                 "passes": [r.to_dict() for r in self.records], "kernels": list(self.kernels),
                 **({"plan": dict(self.plan_details)} if self.plan_details else {})}
 
@@ -159,7 +162,7 @@ class OptimizationReport:
                 lines.append(f"  arenas in use: high water {_mb(measured['high_water_bytes'])}"
                              f" ({measured['max_concurrent_calls']} concurrent call(s)); pool "
                              f"high water {_mb(measured['pool']['high_water'])}")
-        lines += report_text.dtype_lines(self)
+        lines += report_text.dtype_lines(self) + report_text.gradient_lines(self.gradient)
         t = self.thread_info()
         if t:
             layer = (f"; numba {t['numba_layer']}, idle workers {t['omp_wait_policy']}"

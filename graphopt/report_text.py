@@ -194,6 +194,23 @@ def _steps(report) -> list[str]:
     return lines
 
 
+def gradient_lines(facts: dict | None) -> list[str]:
+    """A gradient graph's costs as built (before passes): forward and backward FLOPs, and
+    the forward values kept for the backward pass, the largest named."""
+    if not facts:
+        return []
+    fwd, bwd = facts["forward_flops"], facts["backward_flops"]
+    ratio = f" ({bwd / fwd:.2f}x the forward)" if fwd else ""
+    lines = [f"  gradient of {', '.join(map(str, facts['wrt']))}: forward {fwd:.4g} FLOPs, "
+             f"backward {bwd:.4g}{ratio}, as built",
+             f"    saved for the backward pass: {facts['saved_values']} forward value(s), "
+             f"{human_bytes(facts['saved_bytes'])}; all kept (no recomputation)"]
+    for v in facts["largest_saved"]:
+        lines.append(f"      {v['op']} {tuple(v['shape'])} {human_bytes(v['bytes'])} "
+                     f"at {v['src'] or '<unknown>'}")
+    return lines
+
+
 def render(report) -> str:
     """The whole text report (``str(report)``)."""
     lines = report.header_lines()

@@ -177,3 +177,16 @@ def test_function_form_errors():
         go.grad(lambda a: a.sum())(np.arange(3))
     with pytest.raises(go.GraphError, match="argnums"):
         go.grad(lambda a: a.sum(), argnums=2)(np.ones(3))
+
+
+def test_report_shows_forward_and_backward_flops_and_what_is_saved():
+    g = mlp()
+    plan = go.compile(go.grad(g, of="loss", wrt=["w"]), backend="numpy")
+    facts = plan.report.gradient
+    assert facts["wrt"] == ["w"] and facts["backward_flops"] > 0 and facts["forward_flops"] > 0
+    assert facts["saved_values"] >= 1 and facts["saved_bytes"] >= 8 * 3 * 8
+    assert all(v["src"] and "test_api.py" in v["src"] for v in facts["largest_saved"])
+    text = str(plan.report)
+    assert "gradient of w: forward" in text and "saved for the backward pass" in text
+    assert plan.report.to_dict()["gradient"] == facts
+    assert go.compile(g, backend="numpy").report.gradient is None
