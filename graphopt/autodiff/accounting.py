@@ -23,7 +23,7 @@ def gradient_facts(G) -> dict | None:
     start = mark["backward_from"]
     forward = backward = 0
     saved: dict[int, int] = {}
-    for n, d in G.nodes(data=True):
+    for n in G.nodes:
         if n >= start:
             backward += cost.node_flops(G, n)
             for u in ir.operands(G, n):
