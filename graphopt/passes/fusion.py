@@ -9,7 +9,8 @@ outside node, and when the group still has one of the patterns of the fused-grou
 
 A group holds at most ``MAX_GROUP_OPS`` ops (a longer chain becomes several groups).
 Size-1 constants used by members are copied into the group (literals in the kernel). A
-group of one op that absorbed nothing is left alone. An expensive op (exp, tanh, ...) whose
+group of one op that absorbed nothing is left alone, unless its NumPy form is several
+passes (gelu, sigmoid, relu: one generated kernel does it in one). An expensive op (exp, tanh, ...) whose
 value a kernel would recompute across a broadcast is left outside.
 
 Details: ``groups`` (member op names per fused node, in execution order), ``patterns``,
@@ -22,8 +23,9 @@ from __future__ import annotations
 import heapq
 
 import networkx as nx
+import numpy as np
 
-from .. import ir
+from .. import ir, ops
 from ..errors import GraphError
 from ..fused import build_subgraph, check_recompute, classify, fusion_kind, is_scalar_const
 from .manager import PassResult, register_pass
@@ -94,6 +96,13 @@ def _grow(G, root, pos, outputs, assigned, rejected) -> set:
     return members
 
 
+def _multi_pass(op: str) -> bool:
+    """An elementwise op whose NumPy form is several passes over the data, not one ufunc
+    (gelu, sigmoid, relu): worth a generated kernel even alone."""
+    f = ops.UNARY_FUNCS.get(op)
+    return f is not None and not isinstance(f, np.ufunc)
+
+
 def _absorbed_consts(G, members) -> list[int]:
     """Scalar constants the group's kernel inlines as literals: those no einsum member
     reads (a contraction group's einsum takes every operand as an array argument)."""
@@ -138,7 +147,8 @@ def fusion(G: nx.MultiDiGraph, ctx) -> PassResult:
         if root in assigned or fusion_kind(G, root) not in ("pointwise", "reduction"):
             continue
         members = _grow(G, root, pos, outputs, assigned, rejected)
-        if len(members) == 1 and not _absorbed_consts(G, members):
+        if len(members) == 1 and not _absorbed_consts(G, members) and \
+                not _multi_pass(G.nodes[root]["op"]):
             continue
         pattern, reason = classify(G, members, root)
         if pattern is None:  # every addition was checked; this is a bug, not a refusal
