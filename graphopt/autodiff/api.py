@@ -24,14 +24,13 @@ def _zeros_like(t: Tensor) -> Tensor:
     return T.broadcast_to(t.graph.const(np.zeros((), dtype=t.dtype)), t.shape)
 
 
-def _cotangents(seeds: dict, wrt: list[Tensor], mark: int | None = None) -> list[Tensor]:
-    """Gradients of ``wrt`` (zeros where none flows). Given ``mark`` (the first node id of
-    the backward pass), the graph is marked as a gradient graph for the report."""
-    grads = backpropagate(seeds, wrt)
-    if mark is not None:
-        G = wrt[0].graph._G
-        G.graph["gradient"] = {"backward_from": mark,
-                               "wrt": [G.nodes[t.id].get("name") or f"%{t.id}" for t in wrt]}
+def _cotangents(seeds: dict, wrt: list[Tensor]) -> list[Tensor]:
+    """Gradients of ``wrt`` (zeros where none flows); the graph is marked as a gradient
+    graph for the report (``accounting``)."""
+    grads, mark = backpropagate(seeds, wrt)
+    G = wrt[0].graph._G
+    G.graph["gradient"] = {"backward_from": mark,
+                           "wrt": [G.nodes[t.id].get("name") or f"%{t.id}" for t in wrt]}
     return [_zeros_like(w) if c is None else c for w, c in zip(wrt, grads)]
 
 
@@ -96,8 +95,7 @@ def _grad_graph(g: Graph, of, wrt, src: str) -> Graph:
     h = _copy(g, "grad")
     wrt_t = _wrt_inputs(h, wrt, src)
     loss = Tensor(h, tree)
-    mark = h._G.graph["next_id"]
-    grads = _cotangents({loss.id: seed_for(loss)}, wrt_t, mark)
+    grads = _cotangents({loss.id: seed_for(loss)}, wrt_t)
     names = [h._G.nodes[t.id]["name"] for t in wrt_t]
     h.output((loss, dict(zip(names, grads))))
     return h
@@ -129,7 +127,7 @@ def vjp(g: Graph, wrt=None, of=None) -> Graph:
     leaves, _ = signature.flatten_outputs(tree, lambda i: i)
     keys = (list(tree) if isinstance(tree, dict) else
             list(range(len(tree))) if isinstance(tree, (tuple, list)) else [None])
-    seeds, mark = {}, h._G.graph["next_id"]
+    seeds = {}
     for key, n in zip(keys, leaves):
         t = Tensor(h, n)
         if not is_differentiable(t):
@@ -140,7 +138,7 @@ def vjp(g: Graph, wrt=None, of=None) -> Graph:
         seeds[n] = ct if n not in seeds else seeds[n] + ct
     if not seeds:
         raise DTypeError("vjp: no output is float or complex", op="vjp", src=src)
-    grads = _cotangents(seeds, wrt_t, mark)
+    grads = _cotangents(seeds, wrt_t)
     names = [h._G.nodes[t.id]["name"] for t in wrt_t]
     outs = signature.restructure({"kind": "tensor"}, [tree]) if isinstance(tree, int) else tree
     h.output((_as_tensors(h, outs), dict(zip(names, grads))))
@@ -188,8 +186,7 @@ def _function_value_and_grad(fun, argnums, compile_kwargs, with_value: bool):
         if not isinstance(out, Tensor):
             raise GraphError(f"grad needs the function to return one Tensor, got "
                              f"{type(out).__name__}", op="grad", src=src)
-        mark = out.graph._G.graph["next_id"]
-        grads = _cotangents({out.id: seed_for(out)}, [args[i] for i in nums], mark)
+        grads = _cotangents({out.id: seed_for(out)}, [args[i] for i in nums])
         g = grads[0] if isinstance(argnums, int) else tuple(grads)
         return (out, g) if with_value else g
 

@@ -13,6 +13,7 @@ from .. import ir
 from .. import tensor as T
 from ..errors import DTypeError, GraphError
 from ..tensor import Tensor
+from .pairwise import split_many_operand_einsum
 from .rules import NON_DIFFERENTIABLE, VJP_RULES, Primal
 
 # the dtype kinds a cotangent flows through: float and complex
@@ -54,7 +55,7 @@ def _relevant(G: nx.MultiDiGraph, seeds, wrt) -> set[int]:
     return ahead & behind
 
 
-def backpropagate(seeds: dict[int, Tensor], wrt: list[Tensor]) -> list[Tensor | None]:
+def backpropagate(seeds: dict[int, Tensor], wrt: list[Tensor]) -> tuple[list, int]:
     """Cotangents of ``wrt`` given cotangents ``seeds`` (node id -> Tensor) of values that
     depend on them, built as ops in the Graph ``wrt`` belong to. A ``wrt`` value no seed
     depends on gets None. Each ``wrt`` value is an independent variable (a partial
@@ -67,13 +68,17 @@ def backpropagate(seeds: dict[int, Tensor], wrt: list[Tensor]) -> list[Tensor | 
     g = wrt[0].graph
     G = g._G
     relevant = _relevant(G, list(seeds), [t.id for t in wrt])
+    split = [n for n in relevant if split_many_operand_einsum(g, n)]
+    if split:
+        relevant = _relevant(G, list(seeds), [t.id for t in wrt])
+    mark = G.graph["next_id"]
     ct: dict[int, Tensor] = dict(seeds)
     stops = {t.id for t in wrt}
     for n in reversed([m for m in ir.topo_order(G) if m in relevant]):
         # a ``wrt`` value is a variable of its own: what it was computed from is held fixed
         if n in ct and n not in stops and G.nodes[n]["op"] not in ("input", "const"):
             _pull_back(g, n, ct, relevant)
-    return [ct.get(t.id) for t in wrt]
+    return [ct.get(t.id) for t in wrt], mark
 
 
 def _pull_back(g, n: int, ct: dict, relevant: set) -> None:

@@ -63,8 +63,9 @@ def test_diagonal_mask():
 
 
 def test_many_operand_contraction_gradient_goes_through_path_search(rng):
-    """A 20-tensor MPS-like chain: every operand's cotangent is one large einsum the
-    contraction pass orders (the backward FLOPs stay within a few times the forward's)."""
+    """A 20-operand MPS norm: the einsum is split along its path before differentiating,
+    so the backward pass shares the steps' intermediates and costs about twice the forward
+    (as a whole einsum per operand it would cost about 20 forwards)."""
     n, d, chi = 10, 2, 3
     g = go.Graph("chain")
     ts, terms, syms = [], [], iter("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
@@ -80,6 +81,5 @@ def test_many_operand_contraction_gradient_goes_through_path_search(rng):
     g.output(norm)
     grads = assert_grad_correct(g, opt_levels=(2,), directions=1)
     assert set(grads) == {f"t{i}" for i in range(n)}
-    plan = go.compile(go.grad(g), backend="numpy")
-    rec = plan.report["contraction"].details
-    assert rec["flops_after"] <= rec["flops_before"]
+    facts = go.compile(go.grad(g), backend="numpy").report.gradient
+    assert facts["backward_flops"] <= 3 * facts["forward_flops"], facts
