@@ -10,8 +10,8 @@ outside node, and when the group still has one of the patterns of the fused-grou
 A group holds at most ``MAX_GROUP_OPS`` ops (a longer chain becomes several groups).
 Size-1 constants used by members are copied into the group (literals in the kernel). A
 group of one op that absorbed nothing is left alone, unless its NumPy form is several
-passes (gelu, sigmoid, relu: one generated kernel does it in one). An expensive op (exp, tanh, ...) whose
-value a kernel would recompute across a broadcast is left outside.
+passes (gelu, sigmoid, relu: one generated kernel does it in one). An expensive op (exp,
+tanh, ...) whose value a kernel would recompute across a broadcast is left outside.
 
 Details: ``groups`` (member op names per fused node, in execution order), ``patterns``,
 ``kernels`` (number of fused nodes), ``fused_nodes`` (their ids) and ``rejected`` (each
