@@ -448,6 +448,12 @@ class tracing:
         _trace_state.graph = self.prev
 
 
+def traced_graph():
+    """The graph ``tracing`` sends ops to on this thread (a ``@go.jit`` trace, or eager
+    mode's), or None outside one."""
+    return getattr(_trace_state, "graph", None)
+
+
 def is_tensor(x: Any) -> bool:
     """``x`` is a graph ``Tensor``."""
     return isinstance(x, Tensor)

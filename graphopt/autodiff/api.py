@@ -163,13 +163,13 @@ def _argnums(argnums, n_args: int, src: str) -> tuple[int, ...]:
     return tuple(i % n_args for i in nums)
 
 
-def _as_variable(x, src: str) -> Tensor:
-    """A traced argument to differentiate: a Tensor, or a constant of the graph being
-    traced (arrays and Python scalars, floats for ints as ``jax.grad`` refuses them)."""
+def _as_variable(x) -> Tensor:
+    """A traced argument to differentiate: a Tensor, or (an array or a Python number) a
+    constant of the graph being traced. Integer ones are refused by the caller, as
+    ``jax.grad`` refuses them."""
     if isinstance(x, Tensor):
         return x
-    g = T._graph_of([], "grad", src)
-    return g.const(np.asarray(x))
+    return T.traced_graph().const(np.asarray(x))
 
 
 def _function_value_and_grad(fun, argnums, compile_kwargs, with_value: bool):
@@ -178,7 +178,7 @@ def _function_value_and_grad(fun, argnums, compile_kwargs, with_value: bool):
         nums = _argnums(argnums, len(args), src)
         args = list(args)
         for i in nums:
-            args[i] = _as_variable(args[i], src)
+            args[i] = _as_variable(args[i])
             if not is_differentiable(args[i]):
                 raise DTypeError(f"argument {i} is {args[i].dtype.name}: only float and "
                                  "complex arguments have gradients", op="grad", src=src)
@@ -195,8 +195,8 @@ def _function_value_and_grad(fun, argnums, compile_kwargs, with_value: bool):
 
     @functools.wraps(fun)
     def wrapper(*args, **kwargs):
-        if any(isinstance(a, Tensor) for a in args) or getattr(T._trace_state, "graph", None) \
-                is not None and not eager.jit_disabled():
+        if any(isinstance(a, Tensor) for a in args) or T.traced_graph() is not None and \
+                not eager.jit_disabled():
             return traced(*args, **kwargs)
         src = user_src()
         nums = _argnums(argnums, len(args), src)
