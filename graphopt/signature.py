@@ -102,8 +102,14 @@ def flatten_outputs(value, leaf) -> tuple[list, dict]:
     return [x for p in parts for x in p[0]], struct
 
 
-def structure_leaves(struct) -> int:
+# nesting an output structure may have (a loaded document is checked against it)
+MAX_STRUCTURE_DEPTH = 64
+
+
+def structure_leaves(struct, depth: int = 0) -> int:
     """How many outputs ``struct`` arranges; ``GraphError`` where it is malformed."""
+    if depth > MAX_STRUCTURE_DEPTH:
+        raise GraphError(f"output_structure nested deeper than {MAX_STRUCTURE_DEPTH}")
     if not isinstance(struct, dict) or struct.get("kind") not in ("tensor", "tuple", "list",
                                                                   "dict"):
         raise GraphError(f"output_structure.kind must be tensor, tuple, list or dict (in "
@@ -126,23 +132,30 @@ def structure_leaves(struct) -> int:
         return n
     if not isinstance(items, list) or len(items) != n:
         raise GraphError(f"output_structure items must be a list of {n} structures")
-    return sum(structure_leaves(s) for s in items)
+    return sum(structure_leaves(s, depth + 1) for s in items)
 
 
 def restructure(struct: dict, values: list):
     """Arrange output values in the structure given to ``g.output``."""
+    if "items" not in struct:      # flat, as most are: no recursion on a plan call
+        return _container(struct, values)
     return _rebuild(struct, iter(values))
 
 
 def _rebuild(struct: dict, values):
+    if struct["kind"] == "tensor":
+        return next(values)
+    n = len(struct["keys"]) if struct["kind"] == "dict" else struct["length"]
+    items = struct.get("items") or [{"kind": "tensor"}] * n
+    return _container(struct, [_rebuild(s, values) for s in items])
+
+
+def _container(struct: dict, parts: list):
     kind = struct["kind"]
     if kind == "tensor":
-        return next(values)
-    n = len(struct["keys"]) if kind == "dict" else struct["length"]
-    items = struct.get("items") or [{"kind": "tensor"}] * n
-    parts = [_rebuild(s, values) for s in items]
+        return parts[0]
     if kind == "tuple":
         return tuple(parts)
     if kind == "list":
-        return parts
+        return list(parts)
     return dict(zip(struct["keys"], parts))

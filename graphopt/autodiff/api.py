@@ -110,9 +110,10 @@ def _fresh_name(h: Graph, base: str) -> str:
 
 def vjp(g: Graph, wrt=None, of=None) -> Graph:
     """The vector-Jacobian product of graph ``g``: a new Graph with one more input per float
-    or complex output (its cotangent, named ``ct`` for a lone output, else ``ct_<key>`` or
-    ``ct_<index>``) whose outputs are ``(outputs, {input name: gradient})``, the gradient
-    being ``sum(ct * d outputs / d input)`` under JAX's complex convention.
+    or complex output (its cotangent, named ``ct`` for a lone output, else ``ct_`` and the
+    output's keys and indices joined by ``_``, e.g. ``ct_1_w``) whose outputs are
+    ``(outputs, {input name: gradient})``, the gradient being ``sum(ct * d outputs / d
+    input)`` under JAX's complex convention.
 
     Args:
         wrt: input names (default: every float and complex input).
@@ -124,15 +125,12 @@ def vjp(g: Graph, wrt=None, of=None) -> Graph:
     tree = _outputs_tree(g, of, src)
     h = _copy(g, "vjp")
     wrt_t = _wrt_inputs(h, wrt, src)
-    leaves, _ = signature.flatten_outputs(tree, lambda i: i)
-    keys = (list(tree) if isinstance(tree, dict) else
-            list(range(len(tree))) if isinstance(tree, (tuple, list)) else [None])
     seeds = {}
-    for key, n in zip(keys, leaves):
+    for path, n in _leaf_paths(tree):
         t = Tensor(h, n)
         if not is_differentiable(t):
             continue
-        base = "ct" if key is None else f"ct_{key}"
+        base = "_".join(["ct", *map(str, path)])
         name = _fresh_name(h, base if base.isidentifier() else f"ct_{len(seeds)}")
         ct = h.input(name, t.shape, t.dtype.name)
         seeds[n] = ct if n not in seeds else seeds[n] + ct
@@ -140,9 +138,19 @@ def vjp(g: Graph, wrt=None, of=None) -> Graph:
         raise DTypeError("vjp: no output is float or complex", op="vjp", src=src)
     grads = _cotangents(seeds, wrt_t)
     names = [h._G.nodes[t.id]["name"] for t in wrt_t]
-    outs = signature.restructure({"kind": "tensor"}, [tree]) if isinstance(tree, int) else tree
-    h.output((_as_tensors(h, outs), dict(zip(names, grads))))
+    h.output((_as_tensors(h, tree), dict(zip(names, grads))))
     return h
+
+
+def _leaf_paths(tree, path=()):
+    """``(path, node id)`` of every leaf of an output tree, depth first (the order
+    ``g.output`` flattens it in); ``path`` holds the dict keys and tuple indices."""
+    if isinstance(tree, int):
+        yield path, tree
+        return
+    items = tree.items() if isinstance(tree, dict) else enumerate(tree)
+    for k, sub in items:
+        yield from _leaf_paths(sub, path + (k,))
 
 
 def _as_tensors(h: Graph, tree):

@@ -190,3 +190,35 @@ def test_report_shows_forward_and_backward_flops_and_what_is_saved():
     assert "gradient of w: forward" in text and "saved for the backward pass" in text
     assert plan.report.to_dict()["gradient"] == facts
     assert go.compile(g, backend="numpy").report.gradient is None
+
+
+def test_second_derivatives_through_vjp_of_a_gradient_graph():
+    """A gradient graph has nested outputs ``(loss, {name: grad})``; its VJP takes one
+    cotangent per leaf (named by its path) and gives Hessian-vector products, which match
+    finite differences of the gradient."""
+    g = go.Graph("smooth")
+    x, w = g.input("x", (3, 4)), g.input("w", (4,))
+    g.output(go.logsumexp(go.tanh(x * w) + go.sin(x), axis=1).sum())
+    h = go.grad(g)
+    names = [n for _, d in go.vjp(h)._G.nodes(data=True)
+             if d["op"] == "input" for n in [d["name"]]]
+    assert names == ["x", "w", "ct_0", "ct_1_x", "ct_1_w"]
+    assert_grad_correct(h, opt_levels=(0, 2))
+
+
+def test_nested_output_structures_are_checked_when_loaded(tmp_path):
+    import json
+
+    go.save(go.grad(mlp(), of="loss", wrt="w"), tmp_path / "g.json")
+    doc = json.loads((tmp_path / "g.json").read_text())
+    doc["output_structure"]["items"][1]["keys"] = ["w", "b"]
+    (tmp_path / "bad.json").write_text(json.dumps(doc))
+    with pytest.raises(go.GraphError, match="output_structure arranges 3"):
+        go.load(tmp_path / "bad.json")
+    deep = {"kind": "tensor"}
+    for _ in range(100):
+        deep = {"kind": "list", "length": 1, "items": [deep]}
+    doc["output_structure"] = deep
+    (tmp_path / "deep.json").write_text(json.dumps(doc))
+    with pytest.raises(go.GraphError, match="nested deeper"):
+        go.load(tmp_path / "deep.json")
