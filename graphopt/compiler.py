@@ -32,7 +32,7 @@ from .passes.manager import (
     pipeline_for,
 )
 from .pool import env_number as _env_number
-from .report import OptimizationReport
+from .report import OptimizationReport, recomputation
 from .threads import check_threads
 
 _CACHE: "OrderedDict[tuple, object]" = OrderedDict()
@@ -41,6 +41,9 @@ _CACHE: "OrderedDict[tuple, object]" = OrderedDict()
 # first): a plan the user dropped does not keep its working memory.
 CACHE_ENTRIES = 256
 SLOW_COMPILE_SECONDS = 1.0   # a compile this long is logged at INFO (else DEBUG)
+# compiles under memory_limit: a first one, and again with the workspace its steps reported
+# kept free of the arena, where recomputation could meet the limit with that room
+WORKSPACE_TRIES = 3
 _log = logging.getLogger(__name__)
 CACHE_ARENA_BYTES = int(_env_number("GRAPHOPT_PLAN_CACHE_BYTES", 64 << 20))
 _cache_lock = threading.Lock()
@@ -143,8 +146,10 @@ def compile(graph, backend: str = "auto", opt_level: int = 2, memory_limit=None,
         backend: "auto" (numba if installed, else numpy), "numba", "cupy", "dask", "numpy".
         opt_level: 0 verify and lower op by op; 1 + simplify, CSE, DCE; 2 + contraction
             ordering, fusion, scheduling, memory planning; 3 + autotuning on real timings.
-        memory_limit: bytes; contraction intermediates are ordered and sliced within it, and
-            a plan in which one value or one step's workspace exceeds it is refused.
+        memory_limit: bytes; contraction intermediates are ordered and sliced within it,
+            values are recomputed rather than held where the arena would exceed it (the
+            ``rematerialize`` pass: a gradient's forward values, chosen by cost), and a
+            plan whose predicted peak still exceeds it is refused before it runs.
         optimize: contraction path search ("auto", "hyper", "greedy", "optimal", "dp", or
             an opt_einsum PathOptimizer). "auto" searches large groups within ``path_time``.
         passes: run these passes (callables or registered names) instead of the pipeline.
@@ -197,15 +202,20 @@ def compile(graph, backend: str = "auto", opt_level: int = 2, memory_limit=None,
     unsupported = {name: f"backend {backend_name!r} {why}"
                    for name, why in backend_obj.unsupported_passes.items()}
     with progress.activity(f"compiling {G.graph.get('name', 'graph')!r}"):
-        optimized, records = PassManager(pass_list, disable=disable, debug=debug,
-                                         unsupported=unsupported).run(G, ctx)
-        report = OptimizationReport.build(name=G.graph.get("name", "graph"),
-                                          backend=backend_name, opt_level=opt_level,
-                                          records=records, source_graph=source,
-                                          graph=optimized)
-        progress.phase(f"building the {backend_name} plan (kernels)")
-        plan = backend_obj.build_plan(optimized, source, ctx, report)
-    _check_predicted_peak(plan, memory_limit)
+        for _ in range(WORKSPACE_TRIES):
+            optimized, records = PassManager(pass_list, disable=disable, debug=debug,
+                                             unsupported=unsupported).run(G, ctx)
+            report = OptimizationReport.build(name=G.graph.get("name", "graph"),
+                                              backend=backend_name, opt_level=opt_level,
+                                              records=records, source_graph=source,
+                                              graph=optimized)
+            progress.phase(f"building the {backend_name} plan (kernels)")
+            plan = backend_obj.build_plan(optimized, source, ctx, report)
+            reserve = _workspace_to_reserve(plan, records, ctx)
+            if reserve is None:
+                break
+            ctx.workspace_reserve = reserve
+    _check_predicted_peak(plan, memory_limit, recomputation(records))
     report.attach_plan(plan)
     report.compile_seconds = time.perf_counter() - t0
     slowest = max(records, key=lambda r: r.seconds, default=None)
@@ -220,11 +230,26 @@ def compile(graph, backend: str = "auto", opt_level: int = 2, memory_limit=None,
     return plan
 
 
-def _check_predicted_peak(plan, memory_limit) -> None:
+def _workspace_to_reserve(plan, records, ctx) -> int | None:
+    """Where the ``rematerialize`` pass ran under ``memory_limit`` but a step's workspace
+    (which only the backend's kernels know) tops the plan over the limit: the workspace to
+    keep free of the arena on another try; None when there is nothing to try again."""
+    ran = any(r.name == "rematerialize" and r.details for r in records)
+    if not ran or not hasattr(plan, "predicted_peak_bytes"):
+        return None
+    ws = plan.predicted_peak_bytes - plan.arena_bytes
+    if plan.predicted_peak_bytes <= ctx.memory_limit or \
+            ws <= ctx.workspace_reserve or ws >= ctx.memory_limit:
+        return None
+    return ws
+
+
+def _check_predicted_peak(plan, memory_limit, recomputed: dict | None = None) -> None:
     """Under ``memory_limit``, refuse before running a plan whose predicted peak (arena plus
     the largest step workspace, ``Plan.predicted_peak_bytes``) exceeds it, naming the value
     or the step that cannot fit: first one held value or one step's workspace that exceeds
-    the limit on its own, else the arena and the step whose workspace tops it up."""
+    the limit on its own, else the arena and the step whose workspace tops it up, and what
+    recomputing values (``recomputed``, the rematerialize pass's details) achieved."""
     if memory_limit is None or not hasattr(plan, "predicted_peak_bytes"):
         return
     peak = plan.predicted_peak_bytes
@@ -241,10 +266,18 @@ def _check_predicted_peak(plan, memory_limit) -> None:
         head = (f"the plan's predicted peak is {peak} bytes: its arena of {plan.arena_bytes} "
                 f"bytes while step {s.index} {s.name} ({s.kernel.impl}, {s.dtype}"
                 f"{list(s.shape)}) needs {s.workspace_bytes} bytes of workspace")
+    tried = ""
+    if recomputed:
+        n = recomputed.get("recomputed_count", 0)
+        tried = (f" Recomputing {n} value(s) instead of holding them lowered the arena from "
+                 f"{recomputed['arena_before']} to {recomputed['arena_after']} bytes; the search "
+                 "found nothing more to recompute that lowers it." if n or recomputed["moved"] else
+                 " No value can be recomputed to lower the arena.")
     raise GraphError(
-        f"memory_limit={memory_limit} bytes cannot be met: {head}. graphopt orders and slices "
-        "the intermediates inside a contraction to fit the limit; a value that other ops read "
-        "whole cannot be sliced. Raise memory_limit, or split the computation",
+        f"memory_limit={memory_limit} bytes cannot be met: {head}.{tried} graphopt orders "
+        "and slices the intermediates inside a contraction and recomputes values rather than "
+        "hold them to fit the limit; a value that other ops read whole cannot be sliced. "
+        "Raise memory_limit, or split the computation",
         op=s.op_kinds[0] if s.op_kinds else None, src=s.srcs[0] if s.srcs else None,
         node=s.node)
 

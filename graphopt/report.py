@@ -52,7 +52,7 @@ class OptimizationReport:
                      flops_optimized=cost.graph_flops(graph),
                      nodes_before=source_graph.number_of_nodes(),
                      nodes_after=graph.number_of_nodes(), dtypes=dtype_facts(source_graph),
-                     gradient=gradient_facts(source_graph))
+                     gradient=gradient_facts(source_graph, recomputation(records)))
         report._named_graphs += [source_graph, graph]
         return report
 
@@ -250,6 +250,13 @@ class OptimizationReport:
 
     def _repr_html_(self) -> str:
         return display.report_html(self)
+
+
+def recomputation(records) -> dict | None:
+    """The ``rematerialize`` pass's details where it had to act (the arena was over its
+    budget), else None."""
+    d = next((r.details for r in records if r.name == "rematerialize"), None)
+    return d if d and d["arena_before"] > d["budget_bytes"] else None
 
 
 def dtype_facts(G) -> dict:

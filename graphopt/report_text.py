@@ -135,6 +135,29 @@ def _memory(rep, d) -> list[str]:
     return out
 
 
+def _rematerialize(rep, d) -> list[str]:
+    if "budget_bytes" not in d:
+        return []
+    before, budget = d["arena_before"], d["budget_bytes"]
+    if before <= budget:
+        return [f"arena {human_bytes(before)} fits the budget {human_bytes(budget)} "
+                "(memory_limit less the largest step workspace): nothing recomputed"]
+    n = d.get("recomputed_count", 0)
+    out = [f"arena {human_bytes(before)} over the budget {human_bytes(budget)}: recomputing "
+           f"{n} value(s) ({human_bytes(d.get('recomputed_bytes', 0))}) rather than holding "
+           f"them, {d['extra_flops']:.4g} more FLOPs, brings it to "
+           f"{human_bytes(d['arena_after'])}"
+           + ("" if d["met"] else "; still over the budget, so compile refuses the plan")]
+    if d["moved"]:
+        out.append(f"computed later, where first needed (no recomputation): node(s) "
+                   f"{', '.join(map(str, d['moved'][:LIST_LIMIT]))}"
+                   + (" ..." if len(d["moved"]) > LIST_LIMIT else ""))
+    out += _limited(list(d["recomputed"]), lambda v: (
+        f"{_node(rep, v['node'])} {tuple(v['shape'])} {human_bytes(v['bytes'])}: recomputed as "
+        f"node {v['copy']} ({v['flops']:.4g} FLOPs) for its later users"))
+    return out
+
+
 def _generic(rep, d) -> list[str]:
     """A pass this module does not know (a user's): every detail, in full."""
     return [f"{k}: {v}" for k, v in d.items()]
@@ -142,7 +165,7 @@ def _generic(rep, d) -> list[str]:
 
 DESCRIBE = {"simplify": _simplify, "cse": _cse, "dce": _dce, "contraction": _contraction,
             "slicing": _slicing, "fusion": _fusion, "tiling": _tiling,
-            "schedule": _schedule, "memory": _memory}
+            "schedule": _schedule, "rematerialize": _rematerialize, "memory": _memory}
 
 
 def pass_decisions(report, record) -> list[str]:
@@ -195,16 +218,22 @@ def _steps(report) -> list[str]:
 
 
 def gradient_lines(facts: dict | None) -> list[str]:
-    """A gradient graph's costs as built (before passes): forward and backward FLOPs, and
-    the forward values kept for the backward pass, the largest named."""
+    """A gradient graph's costs as built (before passes): forward and backward FLOPs, the
+    forward values kept for the backward pass, the largest named, and what the
+    ``rematerialize`` pass recomputed instead of holding (``facts["recomputation"]``)."""
     if not facts:
         return []
     fwd, bwd = facts["forward_flops"], facts["backward_flops"]
     ratio = f" ({bwd / fwd:.2f}x the forward)" if fwd else ""
+    r = facts.get("recomputation")
+    kept = "all kept (no recomputation)" if not r else (
+        f"under memory_limit, {r['recomputed_count']} value(s) recomputed rather than held "
+        f"({r['extra_flops']:.4g} more FLOPs): arena {human_bytes(r['arena_before'])} "
+        f"without recomputation, {human_bytes(r['arena_after'])} with")
     lines = [f"  gradient of {', '.join(map(str, facts['wrt']))}: forward {fwd:.4g} FLOPs, "
              f"backward {bwd:.4g}{ratio}, as built",
              f"    saved for the backward pass: {facts['saved_values']} forward value(s), "
-             f"{human_bytes(facts['saved_bytes'])}; all kept (no recomputation)"]
+             f"{human_bytes(facts['saved_bytes'])}; {kept}"]
     for v in facts["largest_saved"]:
         lines.append(f"      {v['op']} {tuple(v['shape'])} {human_bytes(v['bytes'])} "
                      f"at {v['src'] or '<unknown>'}")

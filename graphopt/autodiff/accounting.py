@@ -14,9 +14,11 @@ from .. import cost, ir
 SAVED_SHOWN = 5
 
 
-def gradient_facts(G) -> dict | None:
+def gradient_facts(G, recomputed: dict | None = None) -> dict | None:
     """Forward/backward FLOPs and the saved forward values of gradient graph ``G`` (None
-    for a graph ``go.grad``/``go.vjp`` did not build)."""
+    for a graph ``go.grad``/``go.vjp`` did not build), and with ``recomputed`` (the
+    ``rematerialize`` pass's details) what was recomputed instead of held, and the arena
+    without and with recomputation."""
     mark = G.graph.get("gradient")
     if not mark:
         return None
@@ -32,7 +34,11 @@ def gradient_facts(G) -> dict | None:
         else:
             forward += cost.node_flops(G, n)
     largest = sorted(saved, key=lambda u: (-saved[u], u))[:SAVED_SHOWN]
+    recomputation = None if not recomputed else {
+        k: recomputed.get(k, 0) for k in ("recomputed_count", "recomputed_bytes",
+                                          "extra_flops", "arena_before", "arena_after")}
     return {"wrt": list(mark["wrt"]), "forward_flops": forward, "backward_flops": backward,
+            "recomputation": recomputation,
             "saved_values": len(saved), "saved_bytes": sum(saved.values()),
             "largest_saved": [{"node": u, "op": G.nodes[u]["op"],
                                "shape": list(G.nodes[u]["shape"]), "bytes": saved[u],

@@ -19,4 +19,15 @@ __all__ = ["PASSES", "PIPELINES", "PassContext", "PassManager", "PassRecord", "P
            "register_pass", "register_pipeline"]
 
 # Built-in passes register themselves on import.
-from . import contraction, cse, dce, fusion, memory, schedule, simplify, slicing, tiling  # noqa: F401, E402
+from . import (  # noqa: F401, E402
+    contraction,
+    cse,
+    dce,
+    fusion,
+    memory,
+    rematerialize,
+    schedule,
+    simplify,
+    slicing,
+    tiling,
+)

@@ -62,6 +62,9 @@ class PassContext:
     # The graph is one contraction of graph inputs, compiled by ``CONTRACTION_ONLY_PIPELINE``:
     # the contraction pass keeps its group as one node, run along its path.
     whole_contraction: bool = False
+    # Bytes of ``memory_limit`` kept for the largest step workspace: ``compile`` sets it to
+    # what a first plan's steps reported when that plan's arena fit but its peak did not.
+    workspace_reserve: int = 0
 
 
 _log = logging.getLogger(__name__)
@@ -110,9 +113,9 @@ PIPELINES: dict[int, list[str]] = {
     0: [],
     1: ["simplify", "cse", "dce"],
     2: ["simplify", "cse", "dce", "contraction", "slicing", "simplify", "cse", "dce",
-        "fusion", "tiling", "schedule", "memory"],
+        "fusion", "tiling", "schedule", "rematerialize", "memory"],
     3: ["simplify", "cse", "dce", "contraction", "slicing", "simplify", "cse", "dce",
-        "fusion", "tiling", "schedule", "memory"],
+        "fusion", "tiling", "schedule", "rematerialize", "memory"],
 }
 
 
