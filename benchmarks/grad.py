@@ -5,10 +5,15 @@ the same process, pinned to one core and at the libraries' default threads.
     python -m benchmarks.grad [--cases mlp,attention,mps] [--mode both|pinned|default]
                               [--quick] [--json out.json]
 
-Cases: the mlp and attention workloads with a mean-square loss, and the norm of a periodic
+Cases: the mlp and attention workloads with a mean-square loss, the norm of a periodic
 MPS (complex128, one einsum over every site and its conjugate) differentiated with respect
-to every site tensor. Every peer's value and gradients are checked against graphopt's
-(complex gradients in JAX's convention; torch's are the conjugate and are conjugated back).
+to every site tensor, and ``deep``: an 8-layer tanh chain (256x512, float32) compiled under
+a ``memory_limit`` of ``LIMIT_FRACTION`` of its arena, which forces graphopt to recompute
+forward values; its row also times graphopt without the limit (the cost of recomputation)
+and the peers with each layer checkpointed by hand (``jax.checkpoint``,
+``torch.utils.checkpoint``), as their users save memory. Every peer's value and gradients
+are checked against graphopt's (complex gradients in JAX's convention; torch's are the
+conjugate and are conjugated back).
 Times are medians in ms; ``ratio`` is the peer's time over graphopt's (> 1: graphopt is
 faster). Memory: graphopt's predicted peak working memory (arena plus per-step workspace,
 which the report holds to within 10 % of a measured run) and XLA's temp allocation from
@@ -28,7 +33,10 @@ import numpy as np
 
 from .run import main_per_mode
 
-CASES = ("mlp", "attention", "mps")
+CASES = ("mlp", "attention", "mps", "deep")
+# the deep case's memory_limit: this fraction of graphopt's arena without a limit, plus the
+# plan's largest step workspace
+LIMIT_FRACTION = 0.6
 
 
 class _Ops:
@@ -36,13 +44,17 @@ class _Ops:
 
     def __init__(self, lib: str):
         if lib == "jax":
+            import jax
             import jax.numpy as m
             self.last_max = lambda x: m.max(x, axis=-1, keepdims=True)
             self.last_sum = lambda x: m.sum(x, axis=-1, keepdims=True)
+            self.checkpoint = jax.checkpoint
         else:
             import torch as m
+            import torch.utils.checkpoint as tc
             self.last_max = lambda x: m.amax(x, dim=-1, keepdim=True)
             self.last_sum = lambda x: m.sum(x, dim=-1, keepdim=True)
+            self.checkpoint = lambda f: (lambda *a: tc.checkpoint(f, *a, use_reentrant=False))
         self.tanh, self.exp, self.einsum, self.conj, self.real, self.mean = (
             m.tanh, m.exp, m.einsum, m.conj, m.real, m.mean)
 
@@ -72,6 +84,8 @@ def _case(name: str, quick: bool):
             y = m.einsum("bhqk,bhkd->bhqd", e / m.last_sum(e), v)
             return m.mean(y * y)
         wrt, rtol = ["q", "k", "v"], 2e-3
+    elif name == "deep":
+        return _deep_case(quick)
     else:
         w = W.mps_ring(*((4, 4, 2) if quick else (8, 16, 2)))
         eq = W.mps_ring_equation(len(w.inputs))
@@ -91,6 +105,35 @@ def _case(name: str, quick: bool):
         return g
 
     return build, loss, w.inputs, wrt, rtol
+
+
+def _deep_case(quick: bool, layers: int = 8):
+    """The deep tanh chain: ``(graph builder, loss, inputs, wrt, rtol)``."""
+    import graphopt as go
+
+    batch, width = (32, 64) if quick else (256, 512)
+    rng = np.random.default_rng(0)
+    inputs = {"x": rng.standard_normal((batch, width)).astype(np.float32)}
+    for i in range(layers):
+        inputs[f"w{i}"] = (rng.standard_normal((width, width)) /
+                           np.sqrt(width)).astype(np.float32)
+    wrt = [f"w{i}" for i in range(layers)]
+
+    def loss(m, x, **ws):
+        layer = m.checkpoint(lambda h, w: m.tanh(h @ w))
+        for k in wrt:
+            x = layer(x, ws[k])
+        return m.mean(x * x)
+
+    def build():
+        g = go.Graph("deep")
+        h = g.input("x", (batch, width), "float32")
+        for k in wrt:
+            h = go.tanh(h @ g.input(k, (width, width), "float32"))
+        g.output(go.mean(go.square(h)))
+        return g
+
+    return build, loss, inputs, wrt, 2e-3
 
 
 def _median_ms(fn, min_time: float) -> tuple[float, int]:
@@ -124,8 +167,13 @@ def _peer(peer: str, loss, inputs: dict, wrt: list, min_time: float):
         v, gr = jax.block_until_ready(f(*args))
         compile_s = time.perf_counter() - t0
         mem = f.lower(*args).compile().memory_analysis()
-        return (lambda: jax.block_until_ready(f(*args))), v, list(gr), {
-            "compile_s": compile_s, "temp_bytes": getattr(mem, "temp_size_in_bytes", None)}
+        facts = {"compile_s": compile_s, "temp_bytes": getattr(mem, "temp_size_in_bytes", None)}
+        ops.checkpoint = lambda fn: fn         # XLA's memory for the loss without checkpoints
+        plain = jax.jit(jax.value_and_grad(lambda *a: loss(ops, **dict(zip(names, a))),
+                                           argnums=idx))
+        facts["temp_bytes_without_checkpoint"] = getattr(
+            plain.lower(*args).compile().memory_analysis(), "temp_size_in_bytes", None)
+        return (lambda: jax.block_until_ready(f(*args))), v, list(gr), facts
     import torch
     ops = _Ops("torch")
     tens = {k: torch.from_numpy(np.array(a)) for k, a in inputs.items()}
@@ -163,6 +211,9 @@ def measure(name: str, quick: bool, min_time: float) -> dict:
                                       "peak_bytes": plan.predicted_peak_bytes}}
     row["graphopt"]["median_ms"], row["graphopt"]["repeats"] = _median_ms(
         lambda: plan(**inputs), min_time)
+    if name == "deep":
+        row["graphopt_unlimited"] = row["graphopt"]
+        row["graphopt"] = _limited(go.grad(g, wrt=wrt), plan, inputs, (value, grads), min_time)
     want = [grads[k] for k in wrt]
     for peer in ("jax", "torch", "torch.compile"):
         try:
@@ -178,6 +229,31 @@ def measure(name: str, quick: bool, min_time: float) -> dict:
     return row
 
 
+def _limited(graph, free, inputs: dict, want, min_time: float) -> dict:
+    """graphopt under a ``memory_limit`` of ``LIMIT_FRACTION`` of ``free``'s arena: the
+    time, the peak, what was recomputed; its results must equal the unlimited plan's."""
+    import graphopt as go
+
+    limit = free.predicted_peak_bytes - free.arena_bytes + int(free.arena_bytes *
+                                                               LIMIT_FRACTION)
+    t0 = time.perf_counter()
+    plan = go.compile(graph, memory_limit=limit)
+    value, grads = plan(**inputs)
+    same = bool(np.array_equal(value, want[0]) and
+                all(np.array_equal(grads[k], want[1][k]) for k in grads))
+    r = plan.report.gradient["recomputation"] or {}
+    facts = {"compile_s": time.perf_counter() - t0, "peak_bytes": plan.predicted_peak_bytes,
+             "memory_limit": limit, "same_as_unlimited": same,
+             "recomputed": r.get("recomputed_count", 0), "extra_flops": r.get("extra_flops", 0),
+             "flops": plan.report.flops_optimized}
+    facts["median_ms"], facts["repeats"] = _median_ms(lambda: plan(**inputs), min_time)
+    return facts
+
+
+def _mib(n) -> str:
+    return "-" if n is None else f"{n / 2**20:.1f} MiB"
+
+
 def table(rows: list[dict]) -> str:
     lines = ["| case | graphopt ms | jax.jit ms (ratio) | torch ms (ratio) | torch.compile ms "
              "(ratio) | graphopt peak | XLA temp | correct |", "|---|---|---|---|---|---|---|---|"]
@@ -190,10 +266,22 @@ def table(rows: list[dict]) -> str:
                          f"{p['median_ms']:.2f} ({p['ratio']:.2f}x)")
             ok.append(p.get("correct", "-"))
         temp = r.get("jax", {}).get("temp_bytes")
-        cells += [f"{r['graphopt']['peak_bytes'] / 2**20:.1f} MiB",
-                  "-" if temp is None else f"{temp / 2**20:.1f} MiB",
+        cells += [_mib(r['graphopt']['peak_bytes']), _mib(temp),
                   " ".join(str(o) for o in ok)]
         lines.append("| " + " | ".join(cells) + " |")
+    plain = "temp_bytes_without_checkpoint"
+    for r in rows:
+        if "graphopt_unlimited" in r:
+            free, lim = r["graphopt_unlimited"], r["graphopt"]
+            lines.append(
+                f"\n{r['case']}: memory_limit {lim['memory_limit'] / 2**20:.2f} MiB: "
+                f"{lim['recomputed']} value(s) recomputed, {lim['extra_flops']:.3g} more FLOPs "
+                f"(+{100 * lim['extra_flops'] / max(lim['flops'] - lim['extra_flops'], 1):.0f} "
+                f"%), peak {free['peak_bytes'] / 2**20:.2f} -> {lim['peak_bytes'] / 2**20:.2f} "
+                f"MiB, {free['median_ms']:.2f} -> {lim['median_ms']:.2f} ms "
+                f"({lim['median_ms'] / free['median_ms']:.2f}x); results identical: "
+                f"{lim['same_as_unlimited']}. Peers checkpoint every layer by hand (XLA temp "
+                f"without jax.checkpoint: {_mib(r.get('jax', {}).get(plain))}).")
     return "\n".join(lines)
 
 
