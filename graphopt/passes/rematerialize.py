@@ -57,6 +57,12 @@ class Rebuilt:
     def peak(self) -> int:
         return int(self.live.max(initial=0))
 
+    def recomputations(self) -> list[tuple[int, int]]:
+        """``(origin, item index)`` of every copy that computes a value again: all copies
+        but a moved value's first."""
+        moves = {min(k for k in self.clones if k[0] == u) for u in self.moved}
+        return [(k[0], i) for k, i in self.clones.items() if k not in moves]
+
 
 class _Problem:
     """The graph, its incoming order, and what rebuilding an order needs."""
@@ -69,7 +75,7 @@ class _Problem:
         outs = set(G.graph["outputs"])
         self.size = {n: 0 if G.nodes[n]["op"] in ("input", "const") or n in outs
                      else ir.nbytes(G, n) for n in self.order}
-        self.early_users = {n: sorted(self.pos[v] for v in ir.users(G, n)) for n in self.order}
+        self.user_positions = {n: [self.pos[v] for v in ir.users(G, n)] for n in self.order}
         self.flops = {n: cost.node_flops(G, n) for n in self.order}
         self.cost = {n: self.flops[n] + ir.nbytes(G, n) for n in self.order}
 
@@ -98,7 +104,7 @@ class _Problem:
         for n in self.order:
             at = self.pos[n]
             splits = evicted.get(n)
-            if splits and all(p >= splits[0] for p in self.early_users[n]):
+            if splits and all(p >= splits[0] for p in self.user_positions[n]):
                 r.moved.add(n)          # no user before the split: computed where needed
                 continue
             index[n] = emit(n, [ref(u, at) for u in self.args[n]])
@@ -123,7 +129,7 @@ class _Problem:
         """FLOPs the copies add, less those of the values only moved (``per_node``: another
         count per node, e.g. ``self.cost``)."""
         per_node = self.flops if per_node is None else per_node
-        return sum(per_node[u] for u, _ in r.clones) - sum(per_node[u] for u in r.moved)
+        return sum(per_node[u] for u, _ in r.recomputations())
 
     def candidates(self, r: Rebuilt, evicted: dict) -> tuple[list[int], int]:
         """Values (original nodes; a copy stands for its origin) live across the peak step
@@ -243,15 +249,14 @@ def rematerialize(G: nx.MultiDiGraph, ctx) -> PassResult:
     if applied is None:
         return PassResult(G, details)
     r, node_of = applied
-    copies = sorted(((u, node_of[i]) for (u, _), i in r.clones.items()),
-                    key=lambda c: (-ir.nbytes(G, c[0]), c[0]))
+    copies = sorted(((u, node_of[i]) for u, i in r.recomputations()),
+                    key=lambda c: (-ir.nbytes(G, c[0]), c))
     details.update(
         arena_after=arena, met=arena <= budget, extra_flops=p.extra_flops(r),
         recomputed=[{"node": u, "copy": c, "op": G.nodes[u]["op"],
                      "shape": list(G.nodes[u]["shape"]), "bytes": ir.nbytes(G, u),
-                     "flops": cost.node_flops(G, u), "src": G.nodes[u].get("src")}
-                    for u, c in copies if u not in r.moved][:LISTED],
-        recomputed_count=sum(u not in r.moved for u, _ in r.clones),
-        recomputed_bytes=sum(ir.nbytes(G, u) for u, _ in r.clones if u not in r.moved),
+                     "flops": p.flops[u], "src": G.nodes[u].get("src")}
+                    for u, c in copies[:LISTED]],
+        recomputed_count=len(copies), recomputed_bytes=sum(ir.nbytes(G, u) for u, _ in copies),
         moved=sorted(r.moved))
     return PassResult(H, details)
