@@ -28,7 +28,7 @@ import networkx as nx
 import numpy as np
 
 from .. import cost, ir
-from ..liveness import assign_arena_offsets, execution_order, liveness_intervals
+from ..liveness import align, assign_arena_offsets, execution_order, liveness_intervals
 from .manager import PassResult, register_pass
 from .memory import find_inplace
 
@@ -73,8 +73,9 @@ class _Problem:
         self.pos = {n: i for i, n in enumerate(self.order)}
         self.args = {n: ir.operands(G, n) for n in self.order}
         outs = set(G.graph["outputs"])
+        # as the arena holds them: each buffer starts at an ``ALIGN``ed offset
         self.size = {n: 0 if G.nodes[n]["op"] in ("input", "const") or n in outs
-                     else ir.nbytes(G, n) for n in self.order}
+                     else align(ir.nbytes(G, n)) for n in self.order}
         self.user_positions = {n: [self.pos[v] for v in ir.users(G, n)] for n in self.order}
         self.flops = {n: cost.node_flops(G, n) for n in self.order}
         self.cost = {n: self.flops[n] + ir.nbytes(G, n) for n in self.order}
@@ -236,12 +237,13 @@ def rematerialize(G: nx.MultiDiGraph, ctx) -> PassResult:
     goal, best = budget, (before, G, None)
     for _ in range(ARENA_ROUNDS):
         r = evict_greedily(p, goal, evicted)
-        if not r.clones and not r.moved:
-            break
-        H, node_of = _apply(G, r)
-        arena = arena_bytes(H)
-        if arena < best[0]:
-            best = (arena, H, (r, node_of))
+        if r.clones or r.moved:
+            H, node_of = _apply(G, r)
+            arena = arena_bytes(H)
+            if arena < best[0]:
+                best = (arena, H, (r, node_of))
+        else:
+            arena = before
         if arena <= budget or r.peak > goal:
             break
         goal -= arena - budget      # best-fit left a gap above the live peak: aim lower

@@ -6,7 +6,7 @@ import re
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 import graphopt as go
@@ -15,6 +15,7 @@ from graphopt.errors import GraphError
 from graphopt.passes import PassContext, PassManager
 from graphopt.passes.rematerialize import arena_bytes, rematerialize
 from graphopt.testing import assert_pass_preserves_semantics, graphs, inputs_for
+from graphopt.testing.gradcheck import gradient_graph
 
 # bytes: a few float64 elements, below most random graphs' arenas
 LIMITS = (8, 64, 256)
@@ -59,6 +60,34 @@ def test_a_plan_under_memory_limit_fits_it_and_gives_the_same_results(g, fractio
     args = data.draw(inputs_for(g))
     want, got = free(**args), plan(**args)
     for a, b in zip(_leaves(want), _leaves(got)):
+        np.testing.assert_array_equal(a, b)
+
+
+def _differentiable(g) -> bool:
+    G = g._G
+    return all(any(G.nodes[i]["dtype"][0] in "fc" for i in G.graph[k])
+               for k in ("inputs", "outputs"))
+
+
+@settings(max_examples=20)
+@given(g=graphs(max_nodes=14, dtypes=("float64", "complex128")),
+       backend=st.sampled_from(["numpy", "numba"]), data=st.data())
+def test_gradient_graphs_under_memory_limit_give_the_same_results(g, backend, data):
+    """Gradient graphs hold forward values for their backward pass: the case recomputation
+    is for. Half the arena (beside the largest workspace) forces it on most of them."""
+    pytest.importorskip(backend)
+    assume(_differentiable(g))
+    grad_graph, _ = gradient_graph(g)
+    free = go.compile(grad_graph, backend=backend, cache=False)
+    limit = free.predicted_peak_bytes - free.arena_bytes + free.arena_bytes // 2
+    try:
+        plan = go.compile(grad_graph, backend=backend, memory_limit=max(limit, 1), cache=False)
+    except GraphError as e:
+        assert "memory_limit=" in str(e)
+        return
+    assert plan.predicted_peak_bytes <= limit
+    args = data.draw(inputs_for(grad_graph))
+    for a, b in zip(_leaves(free(**args)), _leaves(plan(**args))):
         np.testing.assert_array_equal(a, b)
 
 
