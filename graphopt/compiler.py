@@ -268,11 +268,13 @@ def _check_predicted_peak(plan, memory_limit, recomputed: dict | None = None) ->
                 f"{list(s.shape)}) needs {s.workspace_bytes} bytes of workspace")
     tried = ""
     if recomputed:
-        n = recomputed.get("recomputed_count", 0)
-        tried = (f" Recomputing {n} value(s) instead of holding them lowered the arena from "
-                 f"{recomputed['arena_before']} to {recomputed['arena_after']} bytes; the search "
-                 "found nothing more to recompute that lowers it." if n or recomputed["moved"] else
-                 " No value can be recomputed to lower the arena.")
+        n, after = recomputed.get("recomputed_count", 0), recomputed["arena_after"]
+        done = (f" Recomputing {n} value(s) instead of holding them lowered the arena from "
+                f"{recomputed['arena_before']} to {after} bytes")
+        tried = (" No value can be recomputed to lower the arena." if after >= recomputed[
+            "arena_before"] else f"{done}, within {recomputed['budget_bytes']} bytes kept for "
+            "it, but the step's workspace does not fit beside it." if recomputed["met"] else
+            f"{done}; the search found nothing more to recompute that lowers it.")
     raise GraphError(
         f"memory_limit={memory_limit} bytes cannot be met: {head}.{tried} graphopt orders "
         "and slices the intermediates inside a contraction and recomputes values rather than "
