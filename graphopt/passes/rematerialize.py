@@ -68,7 +68,6 @@ class _Problem:
     """The graph, its incoming order, and what rebuilding an order needs."""
 
     def __init__(self, G: nx.MultiDiGraph):
-        self.G = G
         self.order = list(execution_order(G))
         self.pos = {n: i for i, n in enumerate(self.order)}
         self.args = {n: ir.operands(G, n) for n in self.order}
