@@ -65,7 +65,7 @@ class Rebuilt:
 
 
 class _Problem:
-    """The graph, its incoming order, and what rebuilding an order needs."""
+    """A graph's incoming execution order and what rebuilding that order needs."""
 
     def __init__(self, G: nx.MultiDiGraph):
         self.order = list(execution_order(G))
