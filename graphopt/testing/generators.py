@@ -71,8 +71,11 @@ class Builder:
             self.recipes.append(make)
 
     def pick(self, pred=lambda it: True) -> _Item | None:
-        """An earlier tensor, the most recent first (shrinks towards short chains)."""
-        cands = [it for it in self.items if pred(it)]
+        """An earlier tensor, the most recent first (shrinks towards short chains). Never
+        an empty one (an index can slice a dim to 0): it stays a graph output, since most
+        ops on it (a max with no identity, a reshape to a scalar, an einsum label of size
+        0 beside 2) are errors by NumPy's rules, not graphs to generate."""
+        cands = [it for it in self.items if it.t.size and pred(it)]
         if not cands:
             return None
         return cands[len(cands) - 1 - self.draw(st.integers(0, len(cands) - 1))]

@@ -51,6 +51,14 @@ def _narrowest_float(G) -> str:
     return {2: "float16", 4: "float32"}.get(min(sizes, default=8), "float64")
 
 
+def has_gradient(graph: Graph) -> bool:
+    """Does a gradient flow through ``graph``: a float or complex input and a float or
+    complex output (what ``gradient_graph`` needs)?"""
+    G = graph._G
+    return all(any(np.dtype(G.nodes[i]["dtype"]).kind in "fc" for i in G.graph[k])
+               for k in ("inputs", "outputs"))
+
+
 def gradient_graph(graph: Graph, of=None, wrt=None) -> tuple[Graph, bool]:
     """``(gradient graph, is_vjp)``: ``go.grad`` where the output ``of`` selects is a real
     float scalar, else ``go.vjp`` (a ``ct`` input per float or complex output)."""

@@ -9,16 +9,10 @@ from hypothesis import strategies as st
 
 from graphopt.backends import BACKENDS
 from graphopt.testing import assert_grad_correct, graphs
+from graphopt.testing.gradcheck import has_gradient
 
 HOST = sorted(name for name in BACKENDS if name not in ("cupy", "dask"))
 FLOAT_INPUTS = ("float64", "complex128", "int64")
-
-
-def _differentiable(g) -> bool:
-    """A float or complex input, and a float or complex output."""
-    G = g._G
-    return all(any(G.nodes[i]["dtype"][0] in "fc" for i in G.graph[k])
-               for k in ("inputs", "outputs"))
 
 
 @pytest.mark.parametrize("backend", HOST)
@@ -29,7 +23,7 @@ def _differentiable(g) -> bool:
 def test_random_graph_gradients_match_finite_differences(backend, opt_level, g, data):
     if not BACKENDS[backend].available():
         pytest.skip(f"{backend}: {BACKENDS[backend].install_hint}")
-    assume(_differentiable(g))
+    assume(has_gradient(g))
     # generic points (standard normal values): finite differences cannot judge a kink, and
     # inputs_for's exact small values sit on them (relu(0), abs(0), ties)
     seed = data.draw(st.integers(0, 2**16), label="seed")
@@ -43,6 +37,6 @@ def test_random_graph_gradients_match_finite_differences(backend, opt_level, g, 
        data=st.data())
 def test_float32_gradients_on_numba_match_finite_differences(g, data):
     pytest.importorskip("numba")
-    assume(_differentiable(g))
+    assume(has_gradient(g))
     seed = data.draw(st.integers(0, 2**16), label="seed")
     assert_grad_correct(g, seed=seed, backends=("numba",), opt_levels=(2,), directions=2)

@@ -15,7 +15,8 @@ from graphopt.errors import GraphError
 from graphopt.passes import PassContext, PassManager
 from graphopt.passes.rematerialize import arena_bytes, rematerialize
 from graphopt.testing import assert_pass_preserves_semantics, graphs, inputs_for
-from graphopt.testing.gradcheck import gradient_graph
+from graphopt.testing.gradcheck import gradient_graph, has_gradient
+from graphopt.testing.plans import output_leaves
 
 # bytes: a few float64 elements, below most random graphs' arenas
 LIMITS = (8, 64, 256)
@@ -59,14 +60,8 @@ def test_a_plan_under_memory_limit_fits_it_and_gives_the_same_results(g, fractio
     assert plan.predicted_peak_bytes <= limit
     args = data.draw(inputs_for(g))
     want, got = free(**args), plan(**args)
-    for a, b in zip(_leaves(want), _leaves(got)):
+    for a, b in zip(output_leaves(want), output_leaves(got)):
         np.testing.assert_array_equal(a, b)
-
-
-def _differentiable(g) -> bool:
-    G = g._G
-    return all(any(G.nodes[i]["dtype"][0] in "fc" for i in G.graph[k])
-               for k in ("inputs", "outputs"))
 
 
 @settings(max_examples=20)
@@ -76,7 +71,7 @@ def test_gradient_graphs_under_memory_limit_give_the_same_results(g, backend, da
     """Gradient graphs hold forward values for their backward pass: the case recomputation
     is for. Half the arena (beside the largest workspace) forces it on most of them."""
     pytest.importorskip(backend)
-    assume(_differentiable(g))
+    assume(has_gradient(g))
     grad_graph, _ = gradient_graph(g)
     free = go.compile(grad_graph, backend=backend, cache=False)
     limit = free.predicted_peak_bytes - free.arena_bytes + free.arena_bytes // 2
@@ -87,13 +82,6 @@ def test_gradient_graphs_under_memory_limit_give_the_same_results(g, backend, da
         return
     assert plan.predicted_peak_bytes <= limit
     args = data.draw(inputs_for(grad_graph))
-    for a, b in zip(_leaves(free(**args)), _leaves(plan(**args))):
+    for a, b in zip(output_leaves(free(**args)), output_leaves(plan(**args))):
         np.testing.assert_array_equal(a, b)
 
-
-def _leaves(x):
-    if isinstance(x, dict):
-        return [v for k in sorted(x) for v in _leaves(x[k])]
-    if isinstance(x, (tuple, list)):
-        return [v for item in x for v in _leaves(item)]
-    return [np.asarray(x)]
