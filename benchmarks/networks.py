@@ -169,7 +169,7 @@ def measure(name: str, budget: float) -> dict:
     import opt_einsum
 
     import graphopt as go
-    from graphopt import path_search
+    from graphopt import path_search, path_searchers
     from graphopt.paths import label_sizes, play
 
     eq, arrays, tn = INSTANCES[name][1]()
@@ -182,7 +182,7 @@ def measure(name: str, budget: float) -> dict:
         s = play(terms, out, sizes, path)
         return {"flops": s.flops, "combo": s.combo, "largest": s.largest}
 
-    greedy = path_search._greedy(terms, out, sizes)
+    greedy = path_searchers.greedy(terms, out, sizes)
     row["greedy"] = cost(greedy.path)
     ctg_path, ctg_s = _cotengra_path(eq, sizes, budget)
     row["cotengra"] = dict(cost(ctg_path), search_seconds=ctg_s)

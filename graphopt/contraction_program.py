@@ -144,6 +144,19 @@ def _plan_step(equation: str, in_shapes: tuple, blas: bool) -> tuple[str, tuple,
     return equation, shape, plan
 
 
+@functools.lru_cache(maxsize=4096)
+def _planned_step(equation: str, in_shapes: tuple, in_strides: tuple, blas: bool,
+                  itemsize: int) -> tuple[str, tuple, GemmPlan | None, int, tuple]:
+    """``_plan_step`` of one step for operands of element ``in_strides``, with the bytes a
+    GEMM allocates for its operands (``operand_scratch``) and the result's element strides.
+    Memoized: the steps of a large network repeat (an MPS's bulk, a circuit's layers)."""
+    equation, shape, plan = _plan_step(equation, in_shapes, blas)
+    if plan is None:
+        return equation, shape, None, 0, c_strides(shape)
+    held, res_strides = operand_scratch(plan, list(zip(in_shapes, in_strides)), itemsize)
+    return equation, shape, plan, held, res_strides
+
+
 def squeeze_ones(terms: Sequence[str], output: str, shapes, strides):
     """``(terms, output, shapes, strides, the result's shape)`` without the labels whose
     size is 1 on every operand, or None where there is none. An index that takes one value
@@ -177,26 +190,25 @@ def plan_program(terms: Sequence[str], output: str, path, shapes, dtype,
     played = play_path(terms, output, path)
     last = len(played) - 1
     for k, (inds, picked, result) in enumerate(played):
-        in_shapes = tuple(current[i] for i in inds)
-        in_layouts = [(current[i], layout[i]) for i in inds]
+        in_shapes = tuple([current[i] for i in inds])
+        in_strides = tuple([layout[i] for i in inds])
         for i in reversed(inds):
             if made_by[i] is not None:
                 intervals[made_by[i]] = (made_by[i], k)
             current.pop(i)
             layout.pop(i)
             made_by.pop(i)
-        eq, shape, plan = _plan_step(first_use_equation(picked, result), in_shapes, blas)
+        eq, shape, plan, held, res_strides = _planned_step(
+            first_use_equation(picked, result), in_shapes, in_strides, blas, itemsize)
         nbytes = math.prod(shape) * itemsize
         if plan is not None:
-            held, res_strides = operand_scratch(plan, in_layouts, itemsize)
             # into ``out``: a product to permute is written beside it first
             scratch = held + (nbytes if k == last and plan.out_perm is not None else 0)
             scratch_new = held + nbytes
         else:   # np.einsum writes its buffer directly; ``evaluate`` makes its own result
-            res_strides = c_strides(shape)
             scratch = nbytes if len(inds) > 2 else 0
             scratch_new = nbytes
-        planned.append((tuple(inds), eq, shape, plan, scratch, scratch_new))
+        planned.append((inds, eq, shape, plan, scratch, scratch_new))
         current.append(shape)
         layout.append(res_strides)
         # the last result is the caller's (``out``) or new; a step of more than two

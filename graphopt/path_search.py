@@ -2,29 +2,34 @@
 
 ``find_path(terms, output, sizes, time_budget=None)`` returns the cheapest path found
 (``paths.Steps``; cost ``Steps.combo``: FLOPs plus 64 per element written) and a record of
-the search. It starts from opt_einsum's greedy path, then runs randomized trials until the
-budget is spent: opt_einsum's random-greedy trials; where cotengra is installed (``pip
-install graphopt[networks]``: cotengra, cotengrust, kahypar, optuna) and the budget pays
-for it, cotengra's subtree reconfiguration of the best of them (a deterministic
-local search: 3-5x fewer FLOPs on lattices, PEPS and MPO networks in tens of
-milliseconds); where the budget is at least ``HYPER_MIN_SECONDS``, cotengra's
-hyper-optimizer with every trial refined the same way, until the budget is spent.
+the search. The searchers are ``path_searchers``'; the order they run in, and what the
+budget pays for, is decided here:
+
+1. the start, the cheapest greedy path: cotengrust's (Rust, a fraction of a millisecond, at
+   each of ``FAST_GREEDY_COSTMODS``; quimb and cotengra start from the same), and
+   opt_einsum's (Python, 2-10 ms on 50-200 tensors) where the budget pays for it or
+   cotengrust is not installed;
+2. cotengra's subtree reconfiguration of the best path, at each subtree size the budget
+   pays for, smallest first (a deterministic local search: 8-25x fewer FLOPs than the
+   greedy start on lattices, PEPS and MPO networks, in tens of milliseconds);
+3. random-greedy trials within ``TRIAL_SHARE`` of the budget: cotengrust's in batches, then
+   opt_einsum's (without cotengrust, these alone);
+4. the reconfiguration again, of a better path the trials found;
+5. by the clock: where the budget is at least ``HYPER_MIN_SECONDS``, cotengra's
+   hyper-optimizer with every trial refined the same way, until the budget is spent; under
+   a smaller budget that the user set, or without cotengra, more of opt_einsum's trials.
 
 The budget: ``time_budget`` seconds where given (``compile(..., path_time=)``); by default
 ``SEARCH_FRACTION`` of the estimated run time of the best path found so far (its combo cost
-at ``COMBO_RATE``), at most ``DEFAULT_MAX_SECONDS``: a network that runs in a millisecond
-is ordered in well under one, an expensive one gets seconds. The steps before cotengra's
-hyper-optimizer are counted, not timed (``SearchSteps``): greedy and each random-greedy
-trial at ``TRIAL_SECONDS_PER_TENSOR`` and ``TRIAL_SECONDS_PER_PAIR``, the reconfiguration at
-``RECONF_SECONDS_PER_TENSOR`` for its subtree size. A step runs only where what was counted
-so far plus its own assumed cost is within the budget of the best path found so far (the
-trials within ``TRIAL_SHARE`` of it, leaving the rest to the reconfiguration), so a
-small network's path does not depend on the machine's speed, and a path that runs in ten
-milliseconds is not refined for sixty (the largest subtree size the budget pays for is
-used). Only then does the clock decide: cotengra's hyper-optimizer runs until the budget is
-spent; under a budget too small for it that the user set, or without cotengra, more
-random-greedy trials do. A trial that has started is finished, so a search may overrun
-its budget by one trial.
+at ``COMBO_RATE``), at most ``DEFAULT_MAX_SECONDS``: a search costs at most about what the
+run it shortens costs, so a compile and a first run take at most about twice the run of
+the path found (the rent-or-buy bound); a network that runs in a millisecond is ordered in
+well under one, an expensive one gets seconds. Steps 1-4 are counted, not timed
+(``SearchSteps``, each step's assumed cost from the constants below): a step runs only where
+what was counted so far plus its own assumed cost is within the budget of the best path
+found so far, so a small network's path does not depend on the machine's speed, and a path
+that runs in ten milliseconds is not refined for sixty. A trial that has started is
+finished, so a search may overrun its budget by one trial.
 
 Paths are kept by the network's structure and sizes: in this process (``_MEMO``) and on
 disk beside the kernels (``disk_cache``, ``path_<digest>.json``, at most
@@ -44,29 +49,47 @@ from collections import OrderedDict
 from typing import Sequence
 
 from . import disk_cache, progress
+from . import path_searchers as searchers
 from .errors import GraphError
 from .paths import Steps, play
 
 _log = logging.getLogger(__name__)
 SLOW_SECONDS = 1.0         # a search this long is logged at INFO (else DEBUG)
-SEARCH_FRACTION = 0.5
+SEARCH_FRACTION = 1.0
 DEFAULT_MAX_SECONDS = 20.0
 COMBO_RATE = 1e10          # combo cost per second assumed when sizing the default budget
 HYPER_MIN_SECONDS = 0.5    # below this budget, cotengra's trials are not worth starting
 HYPER_CHUNK_SECONDS = 0.25  # cotengra runs this long between checks of the budget
 TRIAL_SHARE = 0.5          # of the budget, for the counted random-greedy trials: the rest
-                           # pays for the reconfiguration, worth more than later trials
-MIN_TRIALS = 8             # random-greedy trials run before the clock, where the budget pays
-# one random-greedy trial's assumed cost, scored: per tensor and per pair of tensors that
-# share a label (opt_einsum weighs every such pair; a hyper index shared by k tensors makes
-# k(k-1)/2). Measured on nine networks of 50-200 tensors and 105-1679 pairs, a 2024 server
-# core: 2.7-20 ms, within 20 % of this.
+                           # pays for reconfiguring what they find
+MIN_TRIALS = 8             # opt_einsum random-greedy trials run before the clock, where paid
+# one opt_einsum greedy or random-greedy trial's assumed cost, scored: per tensor and per
+# pair of tensors that share a label (opt_einsum weighs every such pair; a hyper index
+# shared by k tensors makes k(k-1)/2). Measured on nine networks of 50-200 tensors and
+# 105-1679 pairs, a 2024 server core: 2.7-20 ms, within 20 % of this.
 TRIAL_SECONDS_PER_TENSOR = 3e-5
 TRIAL_SECONDS_PER_PAIR = 1.3e-5
 # cotengra's subtree reconfiguration's assumed cost per tensor, by subtree size (the median
 # of those nine networks: 0.12-0.2, 0.2-0.3 and 0.24-1.6 ms a tensor)
 RECONF_SECONDS_PER_TENSOR = {8: 6e-4, 6: 2.5e-4, 4: 1.6e-4}
-CACHE_FORMAT = 1           # part of every key: a change to the search makes new entries
+# cotengrust's greedy: its weights of the size added against the sizes removed
+# (``size_ab / costmod - (size_a + size_b) * costmod``). Of 0.1-4 on the nine networks of
+# benchmarks/networks.py, the better of 0.5 and 2.0 was within 1.8x of opt_einsum's greedy
+# combo cost on eight (0.002-0.87x on three) and 3.5x on the hyper-index one, where 1.0
+# alone was 1.6-9.4x worse on five. Its assumed cost per tensor (measured 0.5-7 us, one
+# costmod), the first costmod run always, the second where the budget pays.
+FAST_GREEDY_COSTMODS = (0.5, 2.0)
+FAST_GREEDY_SECONDS_PER_TENSOR = 3e-6
+# cotengrust's random-greedy trials, run in batches of at most ``RUST_BATCH`` (each batch
+# keeps its path of fewest FLOPs, which is then played and scored by combo cost): assumed
+# per tensor and per sharing pair a trial (measured 0.5-3.8 us a tensor on 24-200 tensors,
+# the most with hyper indices), plus a batch's played path per tensor (1-6 us)
+RUST_TRIAL_SECONDS_PER_TENSOR = 1.5e-6
+RUST_TRIAL_SECONDS_PER_PAIR = 1e-7
+RUST_PLAY_SECONDS_PER_TENSOR = 6e-6
+RUST_BATCH = 16
+RUST_MAX_TRIALS = 1024
+CACHE_FORMAT = 2           # part of every key: a change to the search makes new entries
 MEMO_ENTRIES = 256
 DISK_ENTRIES = 4096
 
@@ -103,227 +126,193 @@ class SearchSteps:
         self.pairs = sharing_pairs(terms)
 
     def trial_seconds(self) -> float:
+        """One opt_einsum greedy or random-greedy trial's assumed cost."""
         return TRIAL_SECONDS_PER_TENSOR * self.n + TRIAL_SECONDS_PER_PAIR * self.pairs
 
-    def pays_for(self, seconds: float, share: float = 1.0) -> bool:
-        return self.counted + seconds <= share * self.budget()
+    def rust_trial_seconds(self) -> float:
+        """One cotengrust random-greedy trial's assumed cost (its batch's play aside)."""
+        return RUST_TRIAL_SECONDS_PER_TENSOR * self.n + RUST_TRIAL_SECONDS_PER_PAIR * self.pairs
 
-    def reconf_size(self) -> int | None:
-        """The largest subtree size whose reconfiguration the budget pays for, or None."""
-        return next((k for k, rate in sorted(RECONF_SECONDS_PER_TENSOR.items(), reverse=True)
-                     if self.pays_for(rate * self.n)), None)
+    def left(self) -> float:
+        """Seconds of the budget not yet counted."""
+        return self.budget() - self.counted
+
+    def pays_for(self, seconds: float) -> bool:
+        return seconds <= self.left()
 
     def count(self, seconds: float) -> None:
         self.counted += seconds
 
 
-def _numbered(terms, output) -> dict:
-    """Each label's number, in order of first use."""
-    names: dict = {}
-    for c in "".join(terms) + output:
-        names.setdefault(c, len(names))
-    return names
-
-
 def network_key(terms: Sequence[str], output: str, sizes: dict) -> str:
     """The cache key of a network: its equation with labels renamed in order of first use,
     and each label's size."""
-    names = _numbered(terms, output)
+    names = searchers.numbered_labels(terms, output)
     doc = [CACHE_FORMAT, [[names[c] for c in t] for t in terms], [names[c] for c in output],
            [int(sizes[c]) for c in names]]
     return hashlib.sha256(json.dumps(doc).encode()).hexdigest()[:32]
 
 
-def _hyper_available() -> bool:
-    try:
-        import cotengra  # noqa: F401
-    except ImportError:
-        return False
-    return True
+class _Search:
+    """One search's state (see the module docstring for its steps): the best path so far,
+    the start it came from, the counted seconds and what ran."""
 
+    def __init__(self, terms, output, sizes, time_budget: float | None):
+        self.terms, self.output, self.sizes = terms, output, sizes
+        self.time_budget, self.t0 = time_budget, time.perf_counter()
+        self.best = self.first = None
+        self.greedy = "greedy"         # the start's name
+        self.counted = SearchSteps(terms, self.budget)
+        self.cotengra = searchers.cotengra_available()
+        self.reconfigured: list = []   # (path, subtree size) of each reconfiguration run
+        self.rust_trials = self.hyper_trials = 0
+        self._oe_trials = None         # opt_einsum's RandomGreedyTrials, made on first use
 
-def _int_labels(terms, output, sizes):
-    """The network with labels as ints: opt_einsum's greedy walks sets of labels, and a set
-    of strings iterates in an order that changes from process to process (hash seeds), so
-    its ties, and the random trials, would too."""
-    names = _numbered(terms, output)
-    return ([{names[c] for c in t} for t in terms], {names[c] for c in output},
-            {names[c]: sizes[c] for c in names})
+    def budget(self) -> float:     # follows the best path so far: asked each time
+        return self.time_budget if self.time_budget is not None else \
+            default_budget(self.best)
 
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.t0
 
-class _RandomGreedyTrials:
-    """opt_einsum's random-greedy trials (its ``setup``/``trial_fn`` protocol), scored by
-    our combo cost."""
+    def keep(self, path) -> None:
+        """Keep ``path`` where it is cheaper than the best so far."""
+        try:
+            s = path if isinstance(path, Steps) else \
+                play(self.terms, self.output, self.sizes, path)
+        except GraphError:    # a trial that did not produce a full path
+            return
+        if s.combo < self.best.combo:
+            self.best = s
 
-    name = "opt_einsum random-greedy"
+    def start(self) -> None:
+        """Step 1: the cheapest greedy path the budget pays for."""
+        net, counted = (self.terms, self.output, self.sizes), self.counted
 
-    def __init__(self, terms, output, sizes):
-        from opt_einsum import RandomGreedy
-        self._fn, self._args = RandomGreedy().setup(*_int_labels(terms, output, sizes))
-        self._r = 1       # trial 0 is plain greedy, which the search starts from
+        def begin_with(s, name):
+            if s is not None and (self.first is None or s.combo < self.first.combo):
+                self.best = self.first = s
+                self.greedy = name
 
-    def trial(self, seconds_left: float) -> list[tuple[int, ...]]:
-        from opt_einsum.paths import ssa_to_linear
-        ssa_path, _, _ = self._fn(self._r, *self._args)
-        self._r += 1
-        return [tuple(p) for p in ssa_to_linear(ssa_path)]
+        fast = FAST_GREEDY_SECONDS_PER_TENSOR * counted.n
+        for costmod in FAST_GREEDY_COSTMODS if searchers.cotengrust() is not None else ():
+            if self.first is not None and not counted.pays_for(fast):
+                break
+            counted.count(fast)
+            begin_with(searchers.fast_greedy(*net, costmod),
+                       f"cotengrust greedy (costmod {costmod})")
+        if self.first is None or counted.pays_for(counted.trial_seconds()):
+            counted.count(counted.trial_seconds())
+            begin_with(searchers.greedy(*net), "greedy")
+
+    def reconfigure(self) -> None:
+        """Steps 2 and 4: cotengra's reconfiguration of the best path at each subtree size
+        the budget pays for, smallest first."""
+        for size, rate in sorted(RECONF_SECONDS_PER_TENSOR.items()) if self.cotengra else ():
+            seconds = rate * self.counted.n
+            if (self.best.path, size) in self.reconfigured or \
+                    not self.counted.pays_for(seconds):
+                continue
+            self.counted.count(seconds)
+            self.reconfigured.append((self.best.path, size))
+            self.keep(searchers.reconfigured(self.terms, self.output, self.sizes, self.best,
+                                             size))
+
+    def random_greedy(self) -> None:
+        """Step 3: random-greedy trials within ``TRIAL_SHARE`` of the budget left when they
+        begin, cotengrust's in batches, then opt_einsum's."""
+        counted, per_trial = self.counted, self.counted.rust_trial_seconds()
+        per_batch = RUST_PLAY_SECONDS_PER_TENSOR * counted.n
+        base = counted.counted
+
+        def room():      # the trials' share of what the budget of the best path left
+            return base + TRIAL_SHARE * (self.budget() - base) - counted.counted
+
+        while searchers.cotengrust() is not None and self.rust_trials < RUST_MAX_TRIALS:
+            k = min(RUST_BATCH, RUST_MAX_TRIALS - self.rust_trials,
+                    int((room() - per_batch) / per_trial))
+            if k < 1:
+                break
+            counted.count(per_batch + k * per_trial)
+            self.keep(searchers.rust_random_greedy(self.terms, self.output, self.sizes, k,
+                                                   seed=self.rust_trials))
+            self.rust_trials += k
+        while self.oe_trials < MIN_TRIALS and counted.trial_seconds() <= room():
+            counted.count(counted.trial_seconds())
+            self.oe_trial()
 
     @property
-    def trials(self) -> int:
-        return self._r - 1
+    def oe_trials(self) -> int:
+        return 0 if self._oe_trials is None else self._oe_trials.trials
 
+    def oe_trial(self) -> None:
+        if self._oe_trials is None:
+            self._oe_trials = searchers.RandomGreedyTrials(self.terms, self.output, self.sizes)
+        self.keep(self._oe_trials.trial())
 
-class _HyperTrials:
-    """cotengra's hyper-optimizer with subtree reconfiguration of every trial, run in chunks
-    of at most ``HYPER_CHUNK_SECONDS`` (it keeps its sampler's state between them)."""
+    def by_the_clock(self) -> None:
+        """Step 5: the hyper-optimizer until the budget is spent, where it is worth it;
+        else, where the user set the budget or nothing else improves the path, more of
+        opt_einsum's trials."""
+        def hyper():
+            return self.cotengra and self.budget() >= HYPER_MIN_SECONDS
 
-    name = "cotengra hyper-optimizer"
+        while not hyper() and (self.time_budget is not None or not self.cotengra) and \
+                self.elapsed() < self.budget():
+            self.oe_trial()
+        if hyper() and self.elapsed() < self.budget():
+            trials = searchers.HyperTrials(self.terms, self.output, self.sizes)
+            while self.elapsed() < self.budget():
+                self.keep(trials.trial(min(HYPER_CHUNK_SECONDS,
+                                           self.budget() - self.elapsed())))
+            self.hyper_trials = trials.trials
 
-    def __init__(self, terms, output, sizes):
-        import warnings
+    def searcher(self) -> str:
+        """What ran, e.g. "cotengrust random-greedy, subtree reconfiguration (4, 6)"."""
+        stages = ["cotengrust random-greedy"] * bool(self.rust_trials) + \
+            [searchers.RandomGreedyTrials.name] * bool(self.oe_trials)
+        name = " + ".join(stages) or self.greedy
+        if self.reconfigured:
+            name += ", subtree reconfiguration (" + \
+                ", ".join(str(k) for _, k in self.reconfigured) + ")"
+        if self.hyper_trials:
+            name += f", then {searchers.HyperTrials.name}"
+        return name
 
-        import cotengra
-        with warnings.catch_warnings():   # "kahypar not found: using 'labels'" and the like
-            warnings.simplefilter("ignore")
-            self._opt = cotengra.HyperOptimizer(max_repeats=10**9, minimize="combo",
-                                                reconf_opts={}, parallel=False,
-                                                progbar=False, on_trial_error="ignore")
-        self._args = ([tuple(t) for t in terms], tuple(output), dict(sizes))
-
-    def trial(self, seconds_left: float) -> list[tuple[int, ...]]:
-        import warnings
-        self._opt.max_time = max(1e-3, min(seconds_left, HYPER_CHUNK_SECONDS))
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            self._opt.search(*self._args)
-        return [tuple(p) for p in self._opt.path]
-
-    @property
-    def trials(self) -> int:
-        return len(self._opt.scores)
-
-
-def _reconfigured(terms, output, sizes, steps: Steps, subtree_size: int = 8) -> Steps:
-    """``steps`` improved by cotengra's subtree reconfiguration (deterministic; tens of
-    milliseconds on a 100-tensor network): every subtree of ``subtree_size`` tensors
-    re-ordered optimally."""
-    import warnings
-
-    import cotengra
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        tree = cotengra.ContractionTree.from_path([tuple(t) for t in terms], tuple(output),
-                                                  dict(sizes), path=steps.path)
-        tree.subtree_reconfigure_(minimize="combo", subtree_size=subtree_size)
-        return play(terms, output, sizes, tree.get_path())
-
-
-def reordered_for_peak(terms, output, sizes, path) -> list[tuple[int, ...]]:
-    """``path``'s contractions (the same tree, the same FLOPs) in the order cotengra's
-    ``reorder_for_peak_size`` picks: at each node, the child whose build holds less at its
-    peak first, so fewer intermediates are live at once. ``path`` itself without cotengra."""
-    if not _hyper_available():
-        return [tuple(p) for p in path]
-    import warnings
-
-    import cotengra
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        tree = cotengra.ContractionTree.from_path([tuple(t) for t in terms], tuple(output),
-                                                  dict(sizes), path=[tuple(p) for p in path])
-        tree.reorder_for_peak_size()
-        return [tuple(p) for p in tree.get_path()]
-
-
-def _greedy(terms, output, sizes) -> Steps:
-    from opt_einsum import paths as oe_paths
-    path = oe_paths.greedy(*_int_labels(terms, output, sizes))
-    return play(terms, output, sizes, path)
+    def record(self) -> dict:
+        return {"searcher": self.searcher(),
+                "trials": self.rust_trials + self.oe_trials + self.hyper_trials,
+                "seconds": round(self.elapsed(), 4), "budget_seconds": self.budget(),
+                "estimated_run_seconds": estimated_seconds(self.best),
+                "greedy": self.greedy, "greedy_combo": self.first.combo,
+                "greedy_flops": self.first.flops, "combo": self.best.combo}
 
 
 def search(terms, output, sizes, time_budget: float | None, start: Steps | None = None):
-    """Search without the cache: ``(best steps, record)`` (see the module docstring)."""
-    t0 = time.perf_counter()
-    best = first = _greedy(terms, output, sizes)
-    if start is not None and start.combo < best.combo:
-        best = start
-
-    def budget():
-        return time_budget if time_budget is not None else default_budget(best)
-
-    def elapsed():
-        return time.perf_counter() - t0
-
-    counted = SearchSteps(terms, budget)
-    counted.count(counted.trial_seconds())           # greedy's
-
-    def keep(path):
-        nonlocal best
-        try:
-            s = play(terms, output, sizes, path)
-        except GraphError:    # a trial that did not produce a full path
-            return
-        if s.combo < best.combo:
-            best = s
-
-    trials, searcher = 0, "greedy"
-    if budget() >= SLOW_SECONDS:      # say why a compile is about to take a while
+    """Search without the cache: ``(best steps, record)`` (see the module docstring);
+    ``start``: a path found before (a cache entry searched with a smaller budget), kept
+    where it is cheaper than the greedy start."""
+    run = _Search(terms, output, sizes, time_budget)
+    run.start()
+    if start is not None:
+        run.keep(start)
+    if run.budget() >= SLOW_SECONDS:      # say why a compile is about to take a while
         _log.info("searching a contraction path for %d operands for up to %.1f s (greedy's "
                   "combo cost %.3g; compile(path_time=...) sets the budget)", len(terms),
-                  budget(), best.combo)
+                  run.budget(), run.best.combo)
         progress.phase(f"contraction path search, {len(terms)} operands, up to "
-                       f"{budget():.1f} s")
+                       f"{run.budget():.1f} s")
     if len(terms) > 2 and time_budget != 0:
-        # random-greedy first (cheap, and on some networks hard to beat), its best
-        # reconfigured, then cotengra's hyper-optimizer where the budget is worth it
-        cotengra = _hyper_available()
-
-        def hyper():     # the budget follows the best path so far: asked each time
-            return cotengra and budget() >= HYPER_MIN_SECONDS
-
-        runner = None
-
-        def greedy_trial():
-            nonlocal runner
-            runner = runner or _RandomGreedyTrials(terms, output, sizes)
-            keep(runner.trial(budget() - elapsed()))
-            return runner.trials
-
-        while trials < MIN_TRIALS and counted.pays_for(counted.trial_seconds(), TRIAL_SHARE):
-            counted.count(counted.trial_seconds())
-            trials = greedy_trial()
-        subtree = counted.reconf_size() if cotengra else None
-        if subtree is not None:
-            counted.count(RECONF_SECONDS_PER_TENSOR[subtree] * counted.n)
-            try:
-                s = _reconfigured(terms, output, sizes, best, subtree)
-            except GraphError:
-                s = best
-            if s.combo < best.combo:
-                best = s
-            searcher += f", subtree reconfiguration ({subtree})"
-        # the rest of a budget too small for the hyper-optimizer (or without cotengra):
-        # random-greedy trials by the clock, where the user set the budget or nothing
-        # else improves the path
-        while not hyper() and (time_budget is not None or not cotengra) and elapsed() < budget():
-            trials = greedy_trial()
-        if trials:
-            searcher = searcher.replace("greedy", _RandomGreedyTrials.name, 1)
-        if hyper() and elapsed() < budget():
-            hyper_trials = _HyperTrials(terms, output, sizes)
-            while elapsed() < budget():
-                keep(hyper_trials.trial(budget() - elapsed()))
-            trials += hyper_trials.trials
-            searcher = f"{searcher}, then {_HyperTrials.name}"
-    seconds = time.perf_counter() - t0
-    _log.log(logging.INFO if seconds >= SLOW_SECONDS else logging.DEBUG,
+        run.reconfigure()
+        run.random_greedy()
+        run.reconfigure()
+        run.by_the_clock()
+    rec = run.record()
+    _log.log(logging.INFO if rec["seconds"] >= SLOW_SECONDS else logging.DEBUG,
              "path search for %d operands: %s, %d trials in %.2f s, combo cost %.3g (greedy "
-             "%.3g)", len(terms), searcher, trials, seconds, best.combo, first.combo)
-    return best, {"searcher": searcher, "trials": trials, "seconds": round(seconds, 4),
-                  "budget_seconds": budget(),
-                  "estimated_run_seconds": estimated_seconds(best),
-                  "greedy_combo": first.combo, "greedy_flops": first.flops,
-                  "combo": best.combo}
+             "%.3g)", len(terms), rec["searcher"], rec["trials"], rec["seconds"],
+             rec["combo"], rec["greedy_combo"])
+    return run.best, rec
 
 
 def _valid_entry(doc) -> bool:
@@ -376,7 +365,9 @@ def find_path(terms: Sequence[str], output: str, sizes: dict,
               time_budget: float | None = None, cache: bool = True) -> tuple[Steps, dict]:
     """The best path found for ``terms -> output`` within ``time_budget`` seconds (None: the
     default budget), and a record: searcher, trials, seconds, budget_seconds,
-    estimated_run_seconds, greedy_combo, greedy_flops, combo, and ``cache`` ("hit", "miss"
+    estimated_run_seconds, greedy (the start: "cotengrust greedy (costmod c)" or
+    opt_einsum's "greedy"),
+    greedy_combo, greedy_flops, combo, and ``cache`` ("hit", "miss"
     or "off")."""
     terms, sizes = list(terms), {c: int(s) for c, s in sizes.items()}
     check_time_budget(time_budget)
@@ -392,6 +383,7 @@ def find_path(terms: Sequence[str], output: str, sizes: dict,
             return steps, {"searcher": entry["searcher"], "trials": 0, "seconds": 0.0,
                            "budget_seconds": entry["budget_seconds"],
                            "estimated_run_seconds": estimated_seconds(steps),
+                           "greedy": entry.get("greedy", "greedy"),
                            "greedy_combo": entry.get("greedy_combo", steps.combo),
                            "greedy_flops": entry.get("greedy_flops"),
                            "combo": steps.combo, "cache": "hit",
@@ -401,7 +393,8 @@ def find_path(terms: Sequence[str], output: str, sizes: dict,
         steps, rec = search(terms, output, sizes, time_budget)
     entry = {"path": [list(p) for p in steps.path], "searcher": rec["searcher"],
              "budget_seconds": rec["budget_seconds"], "seconds": rec["seconds"],
-             "greedy_combo": rec["greedy_combo"], "greedy_flops": rec["greedy_flops"],
+             "greedy": rec["greedy"], "greedy_combo": rec["greedy_combo"],
+             "greedy_flops": rec["greedy_flops"],
              "combo": steps.combo}
     _remember(key, steps, entry)
     disk_cache.write_json(f"path_{key}.json", entry)

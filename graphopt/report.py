@@ -178,18 +178,22 @@ class OptimizationReport:
 
     def contraction_lines(self) -> list[str]:
         """One line per contraction group of three or more operands: FLOPs in the order the
-        user wrote, in opt_einsum's greedy order and in the chosen one; how the path was
-        found (searcher, trials, seconds against the budget, path cache)."""
+        user wrote, in the greedy order the search started from (cotengrust's or
+        opt_einsum's, named) and in the chosen one; how the path was found (searcher,
+        trials, seconds against the budget, path cache)."""
         groups = [g for r in self.records if r.name == "contraction"
                   for g in r.details.get("groups", ()) if g.get("operands", 0) > 2]
         if not groups:
             return []
-        lines = ["", "  contraction groups (FLOPs: as written / opt_einsum greedy / chosen)"]
+        lines = ["", "  contraction groups (FLOPs: as written / greedy / chosen)"]
         for g in groups:
             found = g["optimizer"]
             s = g.get("search")
             if s:
-                found = (f"{s['searcher']}, {s['trials']} trial(s), {s['seconds'] * 1e3:.1f} ms"
+                start = s.get("greedy", "greedy")
+                how = s["searcher"] if s["searcher"].startswith(start) else \
+                    f"{start}, then {s['searcher']}"
+                found = (f"{how}, {s['trials']} trial(s), {s['seconds'] * 1e3:.1f} ms"
                          f" of a {s['budget_seconds'] * 1e3:.1f} ms budget, path cache "
                          f"{s['cache']}")
             lines.append(f"    node {g['root']}: {g['operands']} operands  "

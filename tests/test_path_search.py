@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import warnings
@@ -15,7 +16,7 @@ import pytest
 from opt_einsum.testing import rand_equation
 
 import graphopt as go
-from graphopt import disk_cache, path_search
+from graphopt import disk_cache, path_search, path_searchers
 from graphopt.errors import GraphError
 from graphopt.paths import play
 
@@ -39,7 +40,17 @@ def network(n, seed, reg=3):
 
 
 def greedy_steps(terms, output, sizes):
-    return path_search._greedy(terms, output, sizes)
+    return path_searchers.greedy(terms, output, sizes)
+
+
+def start_steps(terms, output, sizes, name):
+    """The greedy path a search record names as its start."""
+    if name == "greedy":
+        return greedy_steps(terms, output, sizes)
+    costmod = float(re.fullmatch(r"cotengrust greedy \(costmod (.*)\)", name).group(1))
+    return path_searchers.fast_greedy(terms, output, sizes, costmod)
+
+
 
 
 @pytest.mark.parametrize("seed", range(6))
@@ -49,7 +60,9 @@ def test_anytime_path_is_valid_and_no_worse_than_greedy(seed, cache_dir):
     again = play(terms, output, sizes, steps.path)          # a full, valid path
     assert (again.flops, again.write) == (steps.flops, steps.write)
     assert steps.pairwise
-    assert steps.combo <= greedy_steps(terms, output, sizes).combo == rec["greedy_combo"]
+    assert steps.combo <= rec["greedy_combo"]
+    # the start is the cheapest of the greedy paths the budget paid for
+    assert start_steps(terms, output, sizes, rec["greedy"]).combo == rec["greedy_combo"]
     assert rec["cache"] == "miss"
     # the FLOPs are opt_einsum's own count of the same path
     _, info = opt_einsum.contract_path(eq, *shapes, shapes=True, optimize=steps.path)
@@ -123,47 +136,106 @@ def test_counted_steps_are_what_the_budget_pays_for():
     assert counted.pays_for(per_trial * 3) and not counted.pays_for(per_trial * 3.01)
     counted.count(per_trial * 2)
     assert counted.pays_for(per_trial) and not counted.pays_for(per_trial * 1.01)
-    assert counted.reconf_size() is None
+    assert counted.left() == pytest.approx(per_trial)
     budget[0] = 1e3                         # the budget follows the best path found so far
-    assert counted.reconf_size() == max(path_search.RECONF_SECONDS_PER_TENSOR)
-    rates = path_search.RECONF_SECONDS_PER_TENSOR
-    budget[0] = per_trial * 2 + rates[6] * 100
-    assert counted.reconf_size() == 6
+    assert counted.pays_for(path_search.RECONF_SECONDS_PER_TENSOR[8] * 100)
 
 
-def test_trials_stop_where_the_budget_of_the_best_path_no_longer_pays(cache_dir, monkeypatch):
+@pytest.mark.parametrize("searchers", ["cotengra", "opt_einsum"])
+def test_the_search_stops_where_the_budget_of_the_best_path_no_longer_pays(
+        searchers, cache_dir, monkeypatch):
     # a start whose path is terrible (as opt_einsum's greedy is on an MPS-MPO-MPS energy,
-    # ~1e18 FLOPs) pays for every trial; once a trial finds a path that runs in microseconds
-    # the budget shrinks and the search stops (it used to run all eight, then a 60 ms
-    # reconfiguration of a path that runs in 10 ms)
+    # ~1e18 FLOPs) pays for the first steps; once one finds a path that runs in
+    # microseconds the budget shrinks and the search stops (it used to run all eight
+    # trials, then a 60 ms reconfiguration of a path that runs in 10 ms)
     _, terms, output, sizes, _ = network(30, 11)
     sizes = dict.fromkeys(sizes, 2)
     written = play(terms, output, sizes, [(0, 1)] * (len(terms) - 1))
-    monkeypatch.setattr(path_search, "_greedy", lambda *a: written)
+    monkeypatch.setattr(path_searchers, "greedy", lambda *a: written)
+    monkeypatch.setattr(path_searchers, "fast_greedy", lambda *a: written)
+    if searchers == "opt_einsum":
+        monkeypatch.setattr(path_searchers, "cotengra_available", lambda: False)
+        monkeypatch.setattr(path_searchers, "cotengrust", lambda: None)
+    elif not path_searchers.cotengra_available():
+        pytest.skip("cotengra is not installed")
     per_trial = path_search.SearchSteps(terms, None).trial_seconds()
     assert path_search.default_budget(written) > per_trial * (path_search.MIN_TRIALS + 1)
     steps, rec = path_search.search(terms, output, sizes, None)
     assert steps.combo < written.combo / 1e3
-    assert 1 <= rec["trials"] < path_search.MIN_TRIALS
-    assert "reconfiguration" not in rec["searcher"]
+    if searchers == "opt_einsum":
+        assert 1 <= rec["trials"] < path_search.MIN_TRIALS
+        assert rec["searcher"] == "opt_einsum random-greedy"
+    else:     # the first reconfiguration (subtree size 4) was enough
+        assert rec["trials"] == 0
+        assert rec["searcher"].endswith(", subtree reconfiguration (4)")
 
 
-def test_a_network_that_runs_in_microseconds_is_not_searched_beyond_greedy(cache_dir):
+def test_the_reconfiguration_runs_at_each_size_the_budget_pays_for_smallest_first(
+        cache_dir, monkeypatch):
+    if not path_searchers.cotengra_available():
+        pytest.skip("cotengra is not installed")
+    _, terms, output, sizes, _ = network(30, 3)
+    ran = []
+    real = path_searchers.reconfigured
+
+    def spy(terms, output, sizes, steps, size):
+        ran.append(size)
+        return real(terms, output, sizes, steps, size)
+
+    monkeypatch.setattr(path_searchers, "reconfigured", spy)
+    monkeypatch.setattr(path_searchers, "cotengrust", lambda: None)   # start: oe greedy
+    rates = path_search.RECONF_SECONDS_PER_TENSOR
+    n = len(terms)
+    start = path_search.SearchSteps(terms, None).trial_seconds()
+    for extra, sizes_run in ((rates[4] * n * 0.99, []), (rates[4] * n * 1.01, [4]),
+                             ((rates[4] + rates[6] + rates[8]) * n * 1.01, [4, 6, 8])):
+        ran.clear()
+        _, rec = path_search.search(terms, output, sizes, start + extra)
+        assert ran == sizes_run
+        assert ("subtree reconfiguration" in rec["searcher"]) == bool(sizes_run)
+
+
+@pytest.mark.parametrize("rust", [True, False])
+def test_a_network_that_runs_in_microseconds_is_not_searched_beyond_greedy(
+        rust, cache_dir, monkeypatch):
     # 60 tensors of bond 2: greedy's path runs in microseconds, so the default budget pays
-    # for no trial (the search used to run eight regardless, ~50 ms here)
+    # for no trial (the search used to run eight regardless, ~50 ms here), nor, where
+    # cotengrust gives the start, for opt_einsum's greedy (2-5 ms on such networks)
+    if not rust:
+        monkeypatch.setattr(path_searchers, "cotengrust", lambda: None)
+    elif path_searchers.cotengrust() is None:
+        pytest.skip("cotengrust is not installed")
     _, terms, output, sizes, _ = network(60, 5)
     sizes = dict.fromkeys(sizes, 2)
     steps, rec = path_search.find_path(terms, output, sizes, cache=False)
     assert rec["budget_seconds"] < path_search.SearchSteps(terms, None).trial_seconds()
-    assert rec["trials"] == 0 and rec["searcher"] == "greedy"
-    assert steps.path == greedy_steps(terms, output, sizes).path
+    assert rec["trials"] == 0 and rec["searcher"] == rec["greedy"]
+    assert rec["greedy"].startswith("cotengrust greedy (costmod ") if rust else \
+        rec["greedy"] == "greedy"
+    assert steps.path == start_steps(terms, output, sizes, rec["greedy"]).path
+
+
+def test_cotengrust_greedy_paths_are_valid_pairwise_paths():
+    if path_searchers.cotengrust() is None:
+        pytest.skip("cotengrust is not installed")
+    for seed in range(4):
+        eq, terms, output, sizes, shapes = network(40, seed)
+        for costmod in path_search.FAST_GREEDY_COSTMODS:
+            s = path_searchers.fast_greedy(terms, output, sizes, costmod)
+            assert s.pairwise and play(terms, output, sizes, s.path).combo == s.combo
+            _, info = opt_einsum.contract_path(eq, *shapes, shapes=True, optimize=s.path)
+            assert int(info.opt_cost) == s.flops
 
 
 def test_zero_budget_is_greedy_and_a_larger_budget_searches_on(cache_dir):
     _, terms, output, sizes, _ = network(30, 5)
     greedy, rec = path_search.find_path(terms, output, sizes, time_budget=0)
-    assert rec["trials"] == 0 and rec["searcher"] == "greedy"
-    assert greedy.combo == greedy_steps(terms, output, sizes).combo
+    assert rec["trials"] == 0 and rec["searcher"] == rec["greedy"]
+    # a zero budget pays for nothing but the first greedy
+    first = "greedy" if path_searchers.cotengrust() is None else \
+        f"cotengrust greedy (costmod {path_search.FAST_GREEDY_COSTMODS[0]})"
+    assert rec["greedy"] == first
+    assert greedy.combo == start_steps(terms, output, sizes, first).combo
     better, rec2 = path_search.find_path(terms, output, sizes, time_budget=0.05)
     assert rec2["cache"] == "miss" and rec2["trials"] > 0 and rec2["seconds"] >= 0.05
     assert better.combo <= greedy.combo
@@ -188,7 +260,8 @@ def test_default_budget_follows_the_estimated_run_time():
 
 
 def test_without_cotengra_the_search_runs_random_greedy(cache_dir, monkeypatch):
-    monkeypatch.setattr(path_search, "_hyper_available", lambda: False)
+    monkeypatch.setattr(path_searchers, "cotengra_available", lambda: False)
+    monkeypatch.setattr(path_searchers, "cotengrust", lambda: None)
     _, terms, output, sizes, _ = network(20, 6)
     _, rec = path_search.find_path(terms, output, sizes, time_budget=0.6, cache=False)
     assert rec["searcher"] == "opt_einsum random-greedy" and rec["cache"] == "off"
@@ -239,11 +312,11 @@ def test_with_cotengra_the_random_greedy_path_is_reconfigured(cache_dir):
     below, rec = path_search.search(terms, out, sizes, 0.005)
     assert "reconfiguration" not in rec["searcher"]
     above, rec = path_search.search(terms, out, sizes, 0.05)
-    assert rec["searcher"].endswith("subtree reconfiguration (8)")
+    assert "subtree reconfiguration (4, 6, 8" in rec["searcher"]
     assert above.combo < below.combo and above.pairwise
-    once = path_search._reconfigured(terms, out, sizes, below)
+    once = path_searchers.reconfigured(terms, out, sizes, below)
     assert once.combo < below.combo
-    assert path_search._reconfigured(terms, out, sizes, below).path == once.path  # deterministic
+    assert path_searchers.reconfigured(terms, out, sizes, below).path == once.path  # deterministic
 
 
 def test_compile_takes_path_time_and_checks_it(cache_dir):
@@ -253,7 +326,7 @@ def test_compile_takes_path_time_and_checks_it(cache_dir):
     g.output(go.einsum(",".join(terms) + "->" + output, *ins))
     plan = go.compile(g, backend="numpy", path_time=0, cache=False)
     search = plan.report["contraction"].details["groups"][0]["search"]
-    assert search["searcher"] == "greedy" and search["budget_seconds"] == 0
+    assert search["searcher"] == search["greedy"] and search["budget_seconds"] == 0
     small = go.Graph("small")
     a = small.input("a", (2, 2))
     small.output(go.einsum("ij,jk->ik", a, a))

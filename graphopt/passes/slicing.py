@@ -8,7 +8,7 @@ steps' operand copies, operand casts), against the node's share of the limit: th
 less the node's operands and result where they are values the plan holds (graph inputs
 and outputs are not counted, as ``memory_limit`` says). Where the workspace exceeds its
 share it first runs the path's contractions in the order that holds the fewest at once
-(``path_search.reordered_for_peak``: the same FLOPs; enough on its own for some networks),
+(``path_searchers.reordered_for_peak``: the same FLOPs; enough on its own for some networks),
 then chooses labels to slice, within ``SLICE_HEADROOM`` of the share, and searches the
 path again for the sliced sizes (``slice_search.fit_slices``). It sets ``attrs["slices"]`` (labels),
 ``attrs["slice_blocks"]`` (index values per slice) and ``attrs["path"]``; backends run the
@@ -41,7 +41,7 @@ import numpy as np
 from .. import ir, threads
 from ..einsum import split as split_equation
 from ..errors import GraphError
-from ..path_search import reordered_for_peak
+from ..path_searchers import reordered_for_peak
 from ..paths import default_path, label_sizes, play
 from ..slice_search import fit_slices
 from ..sliced_contraction import contraction_workspace_bytes, slice_workers, splits_result

@@ -173,8 +173,8 @@ def test_a_limit_the_reordered_path_meets_needs_no_slicing(monkeypatch):
     assert contraction_workspace_bytes(eq, shapes, greedy.path, (), None, "float64") > limit
     assert plan.predicted_peak_bytes <= limit
     # without cotengra the path keeps its order, and is sliced instead
-    from graphopt import path_search
-    monkeypatch.setattr(path_search, "_hyper_available", lambda: False)
+    from graphopt import path_searchers
+    monkeypatch.setattr(path_searchers, "cotengra_available", lambda: False)
     sliced = go.compile(g, backend="numpy", memory_limit=limit, cache=False,
                         optimize="greedy", passes=["slicing"])
     assert sliced.report["slicing"].details["sliced"]

@@ -1,0 +1,160 @@
+"""The contraction-path searchers ``path_search`` composes within its budget: greedy paths
+(opt_einsum's in Python, cotengrust's in Rust), random-greedy trials (both libraries'),
+cotengra's subtree reconfiguration and hyper-optimizer, and cotengra's reordering of a
+path for a lower peak. Each takes a network as ``terms -> output`` with label ``sizes`` and
+returns a path (opt_einsum's linear format) or its played ``Steps``; the libraries other
+than opt_einsum are optional (``pip install graphopt[networks]``) and each function says
+what it does without them.
+"""
+
+from __future__ import annotations
+
+import functools
+import warnings
+
+from .errors import GraphError
+from .paths import Steps, play
+
+
+def numbered_labels(terms, output) -> dict:
+    """Each label's number, in order of first use."""
+    names: dict = {}
+    for c in "".join(terms) + output:
+        names.setdefault(c, len(names))
+    return names
+
+
+@functools.cache
+def cotengrust():
+    """The cotengrust module, or None where it is not installed."""
+    try:
+        import cotengrust as module
+    except ImportError:
+        return None
+    return module
+
+
+def cotengra_available() -> bool:
+    """Whether cotengra is installed."""
+    try:
+        import cotengra  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def _int_labels(terms, output, sizes):
+    """The network with labels as ints: opt_einsum's greedy walks sets of labels, and a set
+    of strings iterates in an order that changes from process to process (hash seeds), so
+    its ties, and the random trials, would too."""
+    names = numbered_labels(terms, output)
+    return ([{names[c] for c in t} for t in terms], {names[c] for c in output},
+            {names[c]: sizes[c] for c in names})
+
+
+def greedy(terms, output, sizes) -> Steps:
+    """opt_einsum's greedy path (its 'memory-removed' cost), played."""
+    from opt_einsum import paths as oe_paths
+    path = oe_paths.greedy(*_int_labels(terms, output, sizes))
+    return play(terms, output, sizes, path)
+
+
+def fast_greedy(terms, output, sizes, costmod: float) -> Steps | None:
+    """cotengrust's greedy path at ``costmod`` (Rust: a tenth of opt_einsum's greedy in
+    Python, or less), played; None where it gives no full pairwise path."""
+    try:
+        path = cotengrust().optimize_greedy([tuple(t) for t in terms], tuple(output), sizes,
+                                            costmod=costmod, temperature=0.0, simplify=False,
+                                            use_ssa=False)
+        s = play(terms, output, sizes, [tuple(p) for p in path])
+    except (GraphError, ValueError, TypeError, OverflowError):
+        return None
+    return s if s.pairwise else None
+
+
+def rust_random_greedy(terms, output, sizes, trials: int, seed: int):
+    """The path of fewest FLOPs of ``trials`` of cotengrust's random-greedy (its costmod
+    and temperature sampled per trial; ``seed`` makes them repeatable)."""
+    path, _ = cotengrust().optimize_random_greedy_track_flops(
+        [tuple(t) for t in terms], tuple(output), sizes, ntrials=trials, seed=seed,
+        simplify=False, use_ssa=False)
+    return [tuple(p) for p in path]
+
+
+class RandomGreedyTrials:
+    """opt_einsum's random-greedy trials (its ``setup``/``trial_fn`` protocol), scored by
+    our combo cost."""
+
+    name = "opt_einsum random-greedy"
+
+    def __init__(self, terms, output, sizes):
+        from opt_einsum import RandomGreedy
+        self._fn, self._args = RandomGreedy().setup(*_int_labels(terms, output, sizes))
+        self._r = 1       # trial 0 is plain greedy, which the search starts from
+
+    def trial(self) -> list[tuple[int, ...]]:
+        """The next trial's path."""
+        from opt_einsum.paths import ssa_to_linear
+        ssa_path, _, _ = self._fn(self._r, *self._args)
+        self._r += 1
+        return [tuple(p) for p in ssa_to_linear(ssa_path)]
+
+    @property
+    def trials(self) -> int:
+        return self._r - 1
+
+
+class HyperTrials:
+    """cotengra's hyper-optimizer with subtree reconfiguration of every trial, run in chunks
+    (it keeps its sampler's state between them)."""
+
+    name = "cotengra hyper-optimizer"
+
+    def __init__(self, terms, output, sizes):
+        import cotengra
+        with warnings.catch_warnings():   # "kahypar not found: using 'labels'" and the like
+            warnings.simplefilter("ignore")
+            self._opt = cotengra.HyperOptimizer(max_repeats=10**9, minimize="combo",
+                                                reconf_opts={}, parallel=False,
+                                                progbar=False, on_trial_error="ignore")
+        self._args = ([tuple(t) for t in terms], tuple(output), dict(sizes))
+
+    def trial(self, seconds: float) -> list[tuple[int, ...]]:
+        """The best path after searching on for about ``seconds`` more."""
+        self._opt.max_time = max(1e-3, seconds)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            self._opt.search(*self._args)
+        return [tuple(p) for p in self._opt.path]
+
+    @property
+    def trials(self) -> int:
+        return len(self._opt.scores)
+
+
+def reconfigured(terms, output, sizes, steps: Steps, subtree_size: int = 8) -> Steps:
+    """``steps`` improved by cotengra's subtree reconfiguration (deterministic; tens of
+    milliseconds on a 100-tensor network): every subtree of ``subtree_size`` tensors
+    re-ordered optimally."""
+    import cotengra
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        tree = cotengra.ContractionTree.from_path([tuple(t) for t in terms], tuple(output),
+                                                  dict(sizes), path=steps.path)
+        tree.subtree_reconfigure_(minimize="combo", subtree_size=subtree_size)
+        return play(terms, output, sizes, tree.get_path())
+
+
+def reordered_for_peak(terms, output, sizes, path) -> list[tuple[int, ...]]:
+    """``path``'s contractions (the same tree, the same FLOPs) in the order cotengra's
+    ``reorder_for_peak_size`` picks: at each node, the child whose build holds less at its
+    peak first, so fewer intermediates are live at once. ``path`` itself without cotengra."""
+    if not cotengra_available():
+        return [tuple(p) for p in path]
+    import cotengra
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        tree = cotengra.ContractionTree.from_path([tuple(t) for t in terms], tuple(output),
+                                                  dict(sizes), path=[tuple(p) for p in path])
+        tree.reorder_for_peak_size()
+        return [tuple(p) for p in tree.get_path()]
