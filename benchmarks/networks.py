@@ -11,9 +11,10 @@ missing. For each, in one process:
 - path cost (FLOPs as opt_einsum counts them) of opt_einsum's greedy order, of cotengra's
   hyper-optimizer given ``--budget`` seconds, and of graphopt's anytime search given the
   same budget (``path_search.find_path``) and at its default budget;
-- graphopt end to end at default settings (``go.compile`` in an empty cache, then one call:
-  path search and numba compilation included), again as a second process would (path and
-  kernels from the disk cache), its path-search seconds and the median call; opt_einsum
+- graphopt end to end at default settings (``go.compile`` with its plan, path and kernel
+  caches empty, then one call: path search and numba compilation included), again as a
+  second process would (path and kernels from the disk cache), its path-search seconds
+  and the median call; opt_einsum
   executing cotengra's path (median call); quimb's own ``contract(all)`` (end to end: its
   first call in the process, path search included; median call), on quimb's networks and
   on the others as a quimb ``TensorNetwork`` of the same arrays and index names;
@@ -169,7 +170,7 @@ def measure(name: str, budget: float) -> dict:
     import opt_einsum
 
     import graphopt as go
-    from graphopt import path_search, path_searchers
+    from graphopt import compiler, path_search, path_searchers
     from graphopt.paths import label_sizes, play
 
     eq, arrays, tn = INSTANCES[name][1]()
@@ -196,9 +197,10 @@ def measure(name: str, budget: float) -> dict:
         g = go.Graph(name)
         ins = [g.input(f"t{i}", a.shape, str(a.dtype)) for i, a in enumerate(arrays)]
         g.output(go.einsum(eq, *ins))
+        compiler.clear_cache()   # a first compile at default settings (cache=True)
         gc.collect()   # each end-to-end time starts after a collection: the searches before
         t0 = time.perf_counter()   # leave garbage whose collection lands anywhere (70 ms)
-        plan = go.compile(g, cache=False)
+        plan = go.compile(g)
         compile_s = time.perf_counter() - t0
         got = plan(*arrays)
         end_to_end = time.perf_counter() - t0
@@ -206,9 +208,10 @@ def measure(name: str, budget: float) -> dict:
         search = group.get("search", {})
         run_s = _median_call(lambda: plan(*arrays))
         path_search.clear_memo()   # as a second process: the path and kernels from disk
+        compiler.clear_cache()
         gc.collect()
         t0 = time.perf_counter()
-        go.compile(g, cache=False)(*arrays)
+        go.compile(g)(*arrays)
         again = time.perf_counter() - t0
         del os.environ["GRAPHOPT_CACHE_DIR"]
     row["graphopt"] = {"flops": group["flops_after"], "search_seconds": search.get("seconds"),

@@ -184,11 +184,12 @@ def compile(graph, backend: str = "auto", opt_level: int = 2, memory_limit=None,
     _check_options(options, backend_name, pass_list, disable)
     if check_threads(threads, "compile(threads=)") is not None:
         options["threads"] = threads
-    key = (ir.structural_hash(G), backend_name, opt_level, memory_limit, _option_key(optimize),
+    key = (backend_name, opt_level, memory_limit, _option_key(optimize),
            _option_key([p if isinstance(p, str) else _UNCACHEABLE for p in pass_list]),
            _option_key(set(disable) | env_disabled()), _option_key(options), debug)
     cacheable = cache and not any(v is _UNCACHEABLE for v in _flatten(key))
-    if cacheable:
+    if cacheable:      # (the graph's hash is only worth its walk where the cache is used)
+        key = (ir.structural_hash(G),) + key
         with _cache_lock:
             if key in _CACHE:
                 _CACHE.move_to_end(key)

@@ -11,6 +11,7 @@ import networkx as nx
 import numpy as np
 
 from . import ir, ops, paths
+from .einsum import split as split_equation
 
 
 def node_flops(G: nx.MultiDiGraph, n: int) -> int:
@@ -41,7 +42,18 @@ def node_flops(G: nx.MultiDiGraph, n: int) -> int:
 @functools.lru_cache(maxsize=4096)
 def _contraction_flops(eq: str, shapes: tuple, path: tuple | None) -> int:
     # memoized: the contraction pass, the report and lowering count the same nodes
+    if not path:
+        return written_order_cost(eq, shapes)[0]
     return paths.path_flops(eq, paths.label_sizes(eq, shapes), path)
+
+
+@functools.lru_cache(maxsize=1024)
+def written_order_cost(eq: str, shapes: tuple) -> tuple[int, int, int]:
+    """``(flops, largest, write)`` of ``eq`` on operands of ``shapes`` contracted left to
+    right as written (``paths.left_to_right_cost``); memoized: the contraction pass weighs
+    a network's written order, and counting its FLOPs plays the same order."""
+    terms, output = split_equation(eq)
+    return paths.left_to_right_cost(terms, output, paths.label_sizes(eq, shapes))
 
 
 def node_bytes(G: nx.MultiDiGraph, n: int) -> int:
@@ -52,7 +64,9 @@ def node_bytes(G: nx.MultiDiGraph, n: int) -> int:
 
 def graph_flops(G: nx.MultiDiGraph) -> int:
     """FLOPs of every node of ``G`` (``node_flops``), summed."""
-    return sum(node_flops(G, n) for n in G.nodes)
+    kinds = ops.OPS
+    return sum(node_flops(G, n) for n, d in G._node.items()
+               if kinds[d["op"]].kind != ops.SOURCE)
 
 
 def itemsize(dtype: str) -> int:

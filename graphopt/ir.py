@@ -84,11 +84,15 @@ def topo_order(G: nx.MultiDiGraph) -> list[int]:
     """A deterministic topological order (smallest node id first among ready nodes), as
     ``nx.lexicographical_topological_sort`` gives, in a fraction of its time. Raises
     ``nx.NetworkXUnfeasible`` on a cycle."""
+    succ = G._succ
+    if all(v > u for u, vs in succ.items() for v in vs):
+        # every edge runs from a smaller id to a larger one (as the builder and ``add_op``
+        # number nodes): ascending ids are that order, found without the heap
+        return sorted(succ)
     indeg = dict(G.in_degree())
     ready = [n for n, k in indeg.items() if k == 0]
     heapq.heapify(ready)
     order = []
-    succ = G._succ
     while ready:
         u = heapq.heappop(ready)
         order.append(u)
@@ -361,12 +365,13 @@ def node_keys(G: nx.MultiDiGraph) -> dict[int, tuple]:
     pred = G._pred
     out = {}
     for n, d in G._node.items():
-        try:
+        try:     # (a network's hundreds of inputs have no attributes and no operands)
+            attrs, args = d["attrs"], pred[n]
             out[n] = (d["op"], tuple(d["shape"]), d["dtype"],
-                      tuple(sorted((k, value_key(v)) for k, v in d["attrs"].items()
-                                   if k not in SOURCE_ATTRS)),
-                      tuple(sorted((e.get("arg"), u) for u, keys in pred[n].items()
-                                   for e in keys.values())))
+                      tuple(sorted((k, value_key(v)) for k, v in attrs.items()
+                                   if k not in SOURCE_ATTRS)) if attrs else (),
+                      tuple(sorted((e.get("arg"), u) for u, keys in args.items()
+                                   for e in keys.values())) if args else ())
         except Exception:      # a malformed node (verify names it): equal to nothing
             out[n] = object()
     return out

@@ -40,8 +40,8 @@ a corrupt entry, or one whose path does not fit the network, is dropped and sear
 
 from __future__ import annotations
 
+import functools
 import hashlib
-import json
 import logging
 import threading
 import time
@@ -76,8 +76,10 @@ RECONF_SECONDS_PER_TENSOR = {8: 6e-4, 6: 2.5e-4, 4: 1.6e-4}
 # (``size_ab / costmod - (size_a + size_b) * costmod``). Of 0.1-4 on the nine networks of
 # benchmarks/networks.py, the better of 0.5 and 2.0 was within 1.8x of opt_einsum's greedy
 # combo cost on eight (0.002-0.87x on three) and 3.5x on the hyper-index one, where 1.0
-# alone was 1.6-9.4x worse on five. Its assumed cost per tensor (measured 0.5-7 us, one
-# costmod), the first costmod run always, the second where the budget pays.
+# alone was 1.6-9.4x worse on five; 0.5 alone was 42x worse on the PEPS norm, 2.0 alone
+# 1e11x worse on the MPS. Its assumed cost per tensor (measured 0.5-3 us at 0.5, up to 10
+# at 2.0 where its path is that bad). The first costmod runs always, the others where the
+# budget also pays for opt_einsum's greedy (a network that runs for milliseconds or more).
 FAST_GREEDY_COSTMODS = (0.5, 2.0)
 FAST_GREEDY_SECONDS_PER_TENSOR = 3e-6
 # cotengrust's random-greedy trials, run in batches of at most ``RUST_BATCH`` (each batch
@@ -89,11 +91,13 @@ RUST_TRIAL_SECONDS_PER_PAIR = 1e-7
 RUST_PLAY_SECONDS_PER_TENSOR = 6e-6
 RUST_BATCH = 16
 RUST_MAX_TRIALS = 1024
-CACHE_FORMAT = 2           # part of every key: a change to the search makes new entries
+CACHE_FORMAT = 3           # part of every key: a change to the search makes new entries
 MEMO_ENTRIES = 256
-DISK_ENTRIES = 4096
+DISK_ENTRIES = 4096        # path files kept, give or take the PRUNE_EVERY written since a prune
+PRUNE_EVERY = 64
 
 _MEMO: OrderedDict = OrderedDict()
+_UNPRUNED: dict = {}       # cache directory -> path entries written since its last prune
 _lock = threading.Lock()
 
 
@@ -123,7 +127,13 @@ class SearchSteps:
 
     def __init__(self, terms: Sequence[str], budget):
         self.n, self.budget, self.counted = max(1, len(terms)), budget, 0.0
-        self.pairs = sharing_pairs(terms)
+        self._terms = terms
+
+    @functools.cached_property
+    def pairs(self) -> int:
+        """``sharing_pairs`` of the terms (counted where a trial's cost is first asked: a
+        network whose budget pays for nothing never needs it)."""
+        return sharing_pairs(self._terms)
 
     def trial_seconds(self) -> float:
         """One opt_einsum greedy or random-greedy trial's assumed cost."""
@@ -140,6 +150,12 @@ class SearchSteps:
     def pays_for(self, seconds: float) -> bool:
         return seconds <= self.left()
 
+    def pays_for_trial(self, room: float | None = None) -> bool:
+        """Whether ``room`` (default: the budget left) pays for one opt_einsum trial (its
+        per-tensor part first: the pairs need counting only where that fits)."""
+        room = self.left() if room is None else room
+        return TRIAL_SECONDS_PER_TENSOR * self.n <= room and self.trial_seconds() <= room
+
     def count(self, seconds: float) -> None:
         self.counted += seconds
 
@@ -148,9 +164,12 @@ def network_key(terms: Sequence[str], output: str, sizes: dict) -> str:
     """The cache key of a network: its equation with labels renamed in order of first use,
     and each label's size."""
     names = searchers.numbered_labels(terms, output)
-    doc = [CACHE_FORMAT, [[names[c] for c in t] for t in terms], [names[c] for c in output],
-           [int(sizes[c]) for c in names]]
-    return hashlib.sha256(json.dumps(doc).encode()).hexdigest()[:32]
+    number = names.__getitem__
+    text = "|".join([str(CACHE_FORMAT), ";".join([",".join(map(str, map(number, t)))
+                                                  for t in terms]),
+                     ",".join(map(str, map(number, output))),
+                     ",".join([str(int(sizes[c])) for c in names])])
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
 
 
 class _Search:
@@ -194,16 +213,22 @@ class _Search:
                 self.best = self.first = s
                 self.greedy = name
 
+        rust = FAST_GREEDY_COSTMODS if searchers.cotengrust() is not None else ()
         fast = FAST_GREEDY_SECONDS_PER_TENSOR * counted.n
-        for costmod in FAST_GREEDY_COSTMODS if searchers.cotengrust() is not None else ():
-            if self.first is not None and not counted.pays_for(fast):
-                break
+
+        def rust_greedy(costmod):
             counted.count(fast)
             begin_with(searchers.fast_greedy(*net, costmod),
                        f"cotengrust greedy (costmod {costmod})")
-        if self.first is None or counted.pays_for(counted.trial_seconds()):
+
+        if rust:
+            rust_greedy(rust[0])
+        if self.first is None or counted.pays_for_trial():
             counted.count(counted.trial_seconds())
             begin_with(searchers.greedy(*net), "greedy")
+            for costmod in rust[1:]:     # a budget that paid for that pays for these
+                if counted.pays_for(fast):
+                    rust_greedy(costmod)
 
     def reconfigure(self) -> None:
         """Steps 2 and 4: cotengra's reconfiguration of the best path at each subtree size
@@ -221,23 +246,24 @@ class _Search:
     def random_greedy(self) -> None:
         """Step 3: random-greedy trials within ``TRIAL_SHARE`` of the budget left when they
         begin, cotengrust's in batches, then opt_einsum's."""
-        counted, per_trial = self.counted, self.counted.rust_trial_seconds()
+        counted, base = self.counted, self.counted.counted
         per_batch = RUST_PLAY_SECONDS_PER_TENSOR * counted.n
-        base = counted.counted
 
         def room():      # the trials' share of what the budget of the best path left
             return base + TRIAL_SHARE * (self.budget() - base) - counted.counted
 
         while searchers.cotengrust() is not None and self.rust_trials < RUST_MAX_TRIALS:
+            if room() < per_batch + RUST_TRIAL_SECONDS_PER_TENSOR * counted.n:
+                break     # (the pairs need counting only where a trial may fit)
             k = min(RUST_BATCH, RUST_MAX_TRIALS - self.rust_trials,
-                    int((room() - per_batch) / per_trial))
+                    int((room() - per_batch) / counted.rust_trial_seconds()))
             if k < 1:
                 break
-            counted.count(per_batch + k * per_trial)
+            counted.count(per_batch + k * counted.rust_trial_seconds())
             self.keep(searchers.rust_random_greedy(self.terms, self.output, self.sizes, k,
                                                    seed=self.rust_trials))
             self.rust_trials += k
-        while self.oe_trials < MIN_TRIALS and counted.trial_seconds() <= room():
+        while self.oe_trials < MIN_TRIALS and counted.pays_for_trial(room()):
             counted.count(counted.trial_seconds())
             self.oe_trial()
 
@@ -398,8 +424,19 @@ def find_path(terms: Sequence[str], output: str, sizes: dict,
              "combo": steps.combo}
     _remember(key, steps, entry)
     disk_cache.write_json(f"path_{key}.json", entry)
-    disk_cache.prune("path_*.json", DISK_ENTRIES)
+    if _prune_due(disk_cache.configured_dir()):
+        disk_cache.prune("path_*.json", DISK_ENTRIES)
     return steps, dict(rec, cache="miss")
+
+
+def _prune_due(where: str) -> bool:
+    """Count an entry written to the cache directory ``where``: whether to prune it now (at
+    the first write in this process, then every ``PRUNE_EVERY`` writes: listing a directory
+    of thousands of entries at every search would cost more than many searches)."""
+    with _lock:
+        since = _UNPRUNED.get(where, PRUNE_EVERY)
+        _UNPRUNED[where] = 0 if since >= PRUNE_EVERY else since + 1
+        return since >= PRUNE_EVERY
 
 
 def clear_memo() -> None:

@@ -25,7 +25,7 @@ PlayedStep = tuple[tuple[int, ...], tuple[str, ...], str]
 def step_flops(labels: set, inner: bool, n_terms: int, sizes: dict) -> int:
     """FLOPs of one step over ``labels`` joining ``n_terms`` terms (``inner``: some label is
     summed away), as ``opt_einsum.helpers.flop_count``."""
-    return math.prod(sizes[c] for c in labels) * (max(1, n_terms - 1) + (1 if inner else 0))
+    return math.prod(map(sizes.__getitem__, labels)) * (max(1, n_terms - 1) + (1 if inner else 0))
 
 
 def play_path(terms: Sequence[str], output: str, path) -> list[PlayedStep]:
@@ -51,7 +51,7 @@ def _play_path_memo(terms: tuple, output: str, path: tuple) -> tuple:
     steps = []
     for k, inds in enumerate(path):
         inds = tuple(sorted(inds))
-        if not inds or any(not 0 <= i < len(current) for i in inds) or len(set(inds)) != len(inds):
+        if not inds or inds[0] < 0 or inds[-1] >= len(current) or len(set(inds)) != len(inds):
             raise GraphError(f"contraction path {path} step {k} picks {inds} from "
                              f"{len(current)} operand(s)")
         picked = [current[i] for i in inds]
@@ -65,7 +65,7 @@ def _play_path_memo(terms: tuple, output: str, path: tuple) -> tuple:
                 raise GraphError(f"contraction path {path} leaves {len(current)} operand(s)")
             result = output
         else:
-            result = "".join(c for c in dict.fromkeys("".join(picked)) if held[c])
+            result = "".join([c for c in dict.fromkeys("".join(picked)) if held[c]])
         for c in set(result):
             held[c] += 1
         current.append(result)
@@ -108,13 +108,14 @@ def play(terms: Sequence[str], output: str, sizes: dict, path) -> Steps:
     path = [tuple(p) for p in path] or [tuple(range(len(terms)))]
     steps = play_path(terms, output, path)
     flops, largest, write = 0, 0, 0
+    size = sizes.__getitem__
     for k, (_, picked, result) in enumerate(steps):
-        elements = math.prod(sizes[c] for c in result)
+        elements = math.prod(map(size, result))
         write += elements
-        if k < len(steps) - 1:
-            largest = max(largest, elements)
+        if k < len(steps) - 1 and elements > largest:
+            largest = elements
         labels = set("".join(picked))
-        flops += step_flops(labels, bool(labels - set(result)), len(picked), sizes)
+        flops += step_flops(labels, not labels.issubset(result), len(picked), sizes)
     return Steps(path, steps, flops, largest, all(len(s[0]) <= 2 for s in steps), write)
 
 

@@ -34,8 +34,8 @@ class OptimizationReport:
     compile_seconds: float = 0.0
     cache_hit: bool = False
     plan_details: dict = field(default_factory=dict)   # a backend's own plan facts
-    dtypes: dict = field(default_factory=dict)   # inputs, outputs and where dtypes changed
     gradient: dict | None = None   # a go.grad/go.vjp graph's facts (autodiff.accounting)
+    _dtypes: dict | None = field(default=None, repr=False, compare=False)   # ``dtypes``
     # the graphs whose nodes ``node_info`` names (source, optimized, lowered), read on first
     # ask: a network's hundreds of nodes are not walked at every compile
     _named_graphs: list = field(default_factory=list, repr=False, compare=False)
@@ -51,10 +51,19 @@ class OptimizationReport:
                      flops_naive=cost.graph_flops(source_graph),
                      flops_optimized=cost.graph_flops(graph),
                      nodes_before=source_graph.number_of_nodes(),
-                     nodes_after=graph.number_of_nodes(), dtypes=dtype_facts(source_graph),
+                     nodes_after=graph.number_of_nodes(),
                      gradient=gradient_facts(source_graph, recomputation(records)))
         report._named_graphs += [source_graph, graph]
         return report
+
+    @property
+    def dtypes(self) -> dict:
+        """The source graph's input and output dtypes and where dtypes changed
+        (``dtype_facts``), found on first ask."""
+        if self._dtypes is None:
+            self._dtypes = dtype_facts(self._named_graphs[0]) if self._named_graphs else \
+                {"inputs": {}, "outputs": [], "changes": []}
+        return self._dtypes
 
     @property
     def node_info(self) -> dict:
@@ -271,18 +280,20 @@ def dtype_facts(G) -> dict:
     widened it, NumPy's rule for the op (an integer mean is float64, ``abs`` of complex is
     real) or a cast written as such. Comparisons (bool results) are not changes."""
     changes = []
+    nodes = G._node
     for n in ir.topo_order(G):
-        d = G.nodes[n]
+        d = nodes[n]
         if d["op"] in ("input", "const") or d["dtype"] == "bool":
             continue
         preds = ir.operands(G, n)
-        values = [G.nodes[u]["dtype"] for u in preds if G.nodes[u]["op"] != "const"]
+        # each distinct dtype once (a network's einsum has hundreds of operands)
+        values = sorted({nodes[u]["dtype"] for u in preds if nodes[u]["op"] != "const"})
         if not values:
             continue
         promoted = np.result_type(*values).name
         if promoted == d["dtype"]:
             continue
-        consts = sorted({G.nodes[u]["dtype"] for u in preds if G.nodes[u]["op"] == "const"})
+        consts = sorted({nodes[u]["dtype"] for u in preds if nodes[u]["op"] == "const"})
         if d["op"] == "astype":
             why = "a cast written as such"
         elif consts and np.result_type(*values, *consts).name == d["dtype"]:
@@ -291,7 +302,7 @@ def dtype_facts(G) -> dict:
         else:
             why = f"NumPy's rule: {d['op']} of {promoted} gives {d['dtype']}"
         changes.append({"node": n, "op": d["op"], "src": d.get("src") or "",
-                        "from": sorted(set(values)), "to": d["dtype"], "why": why})
+                        "from": values, "to": d["dtype"], "why": why})
     return {"inputs": {G.nodes[n].get("name", str(n)): G.nodes[n]["dtype"]
                        for n in G.graph.get("inputs", ())},
             "outputs": [G.nodes[n]["dtype"] for n in G.graph["outputs"]],

@@ -68,7 +68,8 @@ def contraction_workspace_bytes(equation: str, shapes, path, slices, blocks, dty
     contract = contraction or path_contraction(equation, tuple(tuple(p) for p in path))
     blocks = [1] * len(slices) if blocks is None else list(blocks)
     block = {c: int(b) for c, b in zip(slices, blocks) if c in sizes}
-    sliced = [tuple(min(d, block.get(c, d)) for c, d in zip(t, s)) for t, s in zip(terms, shapes)]
+    sliced = shapes if not block else \
+        [tuple(min(d, block.get(c, d)) for c, d in zip(t, s)) for t, s in zip(terms, shapes)]
     program = contract.program(sliced, dtype, [c_strides(s) for s in shapes])
     per_slice = program.peak_bytes(into_out=_writes_into_result(output, sizes, block)) + \
         (slice_view_bytes(terms, shapes, block) if block else 0)

@@ -84,6 +84,24 @@ def test_second_search_is_a_cache_hit_in_this_process_and_on_disk(cache_dir):
     assert doc["path"] == [list(p) for p in first.path]
 
 
+def test_the_disk_cache_is_pruned_at_the_first_write_then_every_so_many(cache_dir, monkeypatch):
+    monkeypatch.setattr(path_search, "DISK_ENTRIES", 3)
+    monkeypatch.setattr(path_search, "PRUNE_EVERY", 4)
+    monkeypatch.setattr(path_search, "_UNPRUNED", {})
+    for i in range(3):     # older entries than the bound keeps, from another process
+        (cache_dir / f"path_old{i}.json").write_text("{}")
+        os.utime(cache_dir / f"path_old{i}.json", (1, 1))
+    counts = []
+    for seed in range(7):
+        _, terms, output, sizes, _ = network(6, seed)
+        path_search.find_path(terms, output, sizes, time_budget=0)
+        counts.append(len(list(cache_dir.glob("path_*.json"))))
+    # the first write prunes to 3 (the oldest go first), the next four add to it, the
+    # sixth prunes again
+    assert counts == [3, 4, 5, 6, 7, 3, 4]
+    assert not list(cache_dir.glob("path_old*.json"))
+
+
 def test_relabelled_network_shares_the_entry(cache_dir):
     _, terms, output, sizes, _ = network(16, 2)
     _, rec = path_search.find_path(terms, output, sizes)

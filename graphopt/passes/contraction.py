@@ -61,6 +61,9 @@ def _member(G, n) -> bool:
 
 def find_groups(G) -> list[list[int]]:
     """Maximal groups, each listed root first (the node whose value leaves the group)."""
+    lone = lone_contraction(G)
+    if lone is not None:      # a tensor network: its einsum is the one group, if any
+        return [[lone]] if _member(G, lone) else []
     outs = set(G.graph["outputs"])
     member = {n for n in G if _member(G, n)}
     absorbed = {n for n in member if n not in outs and G.out_degree(n) == 1
@@ -79,16 +82,24 @@ def find_groups(G) -> list[list[int]]:
     return groups
 
 
-def contraction_only(G) -> bool:
-    """Whether ``G`` computes one einsum of three or more graph inputs and nothing else (a
-    tensor network, ``go.contract``): see ``manager.CONTRACTION_ONLY_PIPELINE``."""
-    computed = [n for n, op in G.nodes(data="op") if op not in ("input", "const")]
+def lone_contraction(G) -> int | None:
+    """The einsum node where ``G`` computes one einsum of three or more graph inputs and
+    nothing else (a tensor network, ``go.contract``), else None."""
+    nodes = G._node
+    computed = [n for n, d in nodes.items() if d["op"] not in ("input", "const")]
     if len(computed) != 1:
-        return False
-    d = G.nodes[computed[0]]
-    args = ir.operands(G, computed[0])
-    return (d["op"] == "einsum" and len(args) > 2 and "slices" not in d["attrs"] and
-            all(G.nodes[u]["op"] == "input" for u in args))
+        return None
+    n = computed[0]
+    d, args = nodes[n], G._pred[n]
+    ok = (d["op"] == "einsum" and sum(map(len, args.values())) > 2 and
+          "slices" not in d["attrs"] and all(nodes[u]["op"] == "input" for u in args))
+    return n if ok else None
+
+
+def contraction_only(G) -> bool:
+    """Whether ``G`` is one einsum of three or more graph inputs and nothing else
+    (``lone_contraction``): see ``manager.CONTRACTION_ONLY_PIPELINE``."""
+    return lone_contraction(G) is not None
 
 
 @dataclass
@@ -287,8 +298,10 @@ def _plan_group(G, group: list[int], ctx) -> tuple[Merged, dict, Steps | None]:
     itemsize = np.dtype(d["dtype"]).itemsize
     limit = None if ctx.memory_limit is None else int(ctx.memory_limit) // itemsize
     user_pairwise = all(G.in_degree(n) <= 2 for n in group)
-    # the written order of one multi-operand einsum: (flops, largest, write)
-    ltr = (left_to_right_cost(m.terms, m.output, m.sizes)
+    # the written order of one multi-operand einsum: (flops, largest, write), memoized
+    # where counting the node's FLOPs finds it
+    ltr = (cost.written_order_cost(d["attrs"]["equation"],
+                                   tuple(tuple(G._node[u]["shape"]) for u in m.operands))
            if len(group) == 1 and not user_pairwise else None)
     user_flops, user_largest, user_write = user_cost(G, group, ltr)
     user_combo = combo_cost(user_flops, user_write)

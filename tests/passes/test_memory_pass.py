@@ -187,18 +187,24 @@ def test_check_memory_plan_rejects_overlap():
         check_memory_plan(H, plan)
 
 
-def test_best_fit_scans_placed_buffers_the_same_in_python_and_in_numpy(monkeypatch):
-    # below VECTOR_SCAN_BUFFERS the overlap test is a Python scan, above it NumPy's: the
-    # same offsets either way, and no two overlapping intervals share a byte
+@pytest.mark.parametrize("longest", [3, 30])
+def test_best_fit_finds_overlaps_the_same_by_steps_in_python_and_in_numpy(longest, monkeypatch):
+    # the overlap test goes through the buffers live at each step where intervals are short
+    # (STEP_SCAN_MEAN_STEPS), else a Python scan below VECTOR_SCAN_BUFFERS and NumPy's above:
+    # the same offsets every way, and no two overlapping intervals share a byte
     from graphopt import liveness
     rng = np.random.default_rng(7)
     intervals, sizes = {}, {}
     for n in range(400):
         a = int(rng.integers(0, 400))
-        intervals[n], sizes[n] = (a, a + int(rng.integers(0, 30))), int(rng.integers(0, 5000))
+        intervals[n] = (a, a + int(rng.integers(0, longest)))
+        sizes[n] = int(rng.integers(0, 5000)) if n % 7 else 64 * int(rng.integers(1, 4))
+    monkeypatch.setattr(liveness, "STEP_SCAN_MEAN_STEPS", 0)
     monkeypatch.setattr(liveness, "VECTOR_SCAN_BUFFERS", 10**6)
     scanned = liveness.assign_arena_offsets(intervals, sizes)
     monkeypatch.setattr(liveness, "VECTOR_SCAN_BUFFERS", 0)
+    assert liveness.assign_arena_offsets(intervals, sizes) == scanned
+    monkeypatch.setattr(liveness, "STEP_SCAN_MEAN_STEPS", 10**6)
     assert liveness.assign_arena_offsets(intervals, sizes) == scanned
     offsets, arena = scanned
     for u in intervals:
