@@ -18,6 +18,7 @@ Every choice is reported per kernel (``Kernel.impl`` and ``Kernel.details["reaso
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import math
 import time
@@ -52,6 +53,12 @@ EINSUM_OVERHEAD = 6e-6      # np.einsum parses its equation on every call
 MEASURE_MIN_ELEMENTS = 1 << 18   # groups at least this large are timed both ways
 
 
+@functools.cache
+def _numba_installed() -> bool:
+    # asked at every compile (backend="auto"); finding the spec walks sys.path
+    return importlib.util.find_spec("numba") is not None
+
+
 @register_backend
 class NumbaBackend(Backend):
     """The CPU backend: fused groups as generated numba kernels, GEMMs through BLAS, the
@@ -64,7 +71,7 @@ class NumbaBackend(Backend):
 
     @classmethod
     def available(cls) -> bool:
-        return importlib.util.find_spec("numba") is not None
+        return _numba_installed()
 
     def kernel(self, G, n, ctx) -> Kernel:
         fast_math = ctx.options.get("fast_math", True)

@@ -225,6 +225,8 @@ def user_cost(G, group: list[int], written=None) -> tuple[int, int, int]:
     wrote it; a multi-operand einsum counts along its ``path`` attr, else left to right
     (``written``: that order's ``left_to_right_cost`` already counted, for a group of one
     einsum)."""
+    if written is not None and len(group) == 1 and not G._node[group[0]]["attrs"].get("path"):
+        return written        # (its FLOPs are what counting the node's finds: the same rule)
     flops = sum(cost.node_flops(G, n) for n in group)
     largest = max((math.prod(G.nodes[n]["shape"]) for n in group[1:]), default=0)
     write = 0

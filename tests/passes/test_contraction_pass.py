@@ -301,3 +301,27 @@ def test_merging_one_einsum_is_the_general_substitution(eq, shapes):
     fast, general = merge(G, group), _substituted(G, group)
     assert (fast.operands, fast.terms, fast.output, fast.sizes) == \
         (general.operands, general.terms, general.output, general.sizes)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_the_written_order_of_a_network_is_counted_once_by_one_rule(seed):
+    # the pass weighs a lone einsum's written order by ``cost.written_order_cost``, the
+    # memo that counting the node's FLOPs reads: the same figures as counting it afresh
+    from opt_einsum.testing import rand_equation
+
+    from graphopt.passes.contraction import find_groups, user_cost
+    from graphopt.paths import left_to_right_cost, split_equation
+
+    eq, shapes = rand_equation(12, 3, seed=seed, d_min=2, d_max=4)
+    g = go.Graph("net")
+    g.output(go.einsum(eq, *[g.input(f"x{i}", s) for i, s in enumerate(shapes)]))
+    G = g.to_ir()
+    (group,) = find_groups(G)
+    root = group[0]
+    shaped = tuple(tuple(G.nodes[u]["shape"]) for u in ir.operands(G, root))
+    written = cost.written_order_cost(G.nodes[root]["attrs"]["equation"], shaped)
+    terms, out = split_equation(G.nodes[root]["attrs"]["equation"])
+    sizes = {c: d for t, s in zip(terms, shaped) for c, d in zip(t, s)}
+    assert written == left_to_right_cost(terms, out, sizes)
+    assert user_cost(G, group, written) == user_cost(G, group) == written
+    assert cost.node_flops(G, root) == written[0]
