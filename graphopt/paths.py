@@ -45,22 +45,31 @@ def _play_path_memo(terms: tuple, output: str, path: tuple) -> tuple:
     path = [tuple(p) for p in path] or [tuple(range(len(current)))]
     # how many current terms hold each label, plus one for the output's labels
     held: dict = {}
+    get = held.get
     for t in (*current, output):
         for c in set(t):
-            held[c] = held.get(c, 0) + 1
+            held[c] = get(c, 0) + 1
     steps = []
+    last = len(path) - 1
     for k, inds in enumerate(path):
-        inds = tuple(sorted(inds))
-        if not inds or inds[0] < 0 or inds[-1] >= len(current) or len(set(inds)) != len(inds):
+        if len(inds) == 2:      # (nearly every step: the loop below is the hot one)
+            i, j = inds
+            inds = (i, j) if i < j else (j, i)
+            ok = 0 <= inds[0] and inds[1] < len(current) and i != j
+        else:
+            inds = tuple(sorted(inds))
+            ok = inds and inds[0] >= 0 and inds[-1] < len(current) and \
+                len(set(inds)) == len(inds)
+        if not ok:
             raise GraphError(f"contraction path {path} step {k} picks {inds} from "
                              f"{len(current)} operand(s)")
-        picked = [current[i] for i in inds]
+        picked = tuple([current[i] for i in inds])
         for i in reversed(inds):
-            current.pop(i)
+            del current[i]
         for t in picked:
             for c in set(t):
                 held[c] -= 1
-        if k == len(path) - 1:
+        if k == last:
             if current:
                 raise GraphError(f"contraction path {path} leaves {len(current)} operand(s)")
             result = output
@@ -69,7 +78,7 @@ def _play_path_memo(terms: tuple, output: str, path: tuple) -> tuple:
         for c in set(result):
             held[c] += 1
         current.append(result)
-        steps.append((inds, tuple(picked), result))
+        steps.append((inds, picked, result))
     return tuple(steps)
 
 
@@ -109,10 +118,11 @@ def play(terms: Sequence[str], output: str, sizes: dict, path) -> Steps:
     steps = play_path(terms, output, path)
     flops, largest, write = 0, 0, 0
     size = sizes.__getitem__
+    last = len(steps) - 1
     for k, (_, picked, result) in enumerate(steps):
         elements = math.prod(map(size, result))
         write += elements
-        if k < len(steps) - 1 and elements > largest:
+        if k < last and elements > largest:
             largest = elements
         labels = set("".join(picked))
         flops += step_flops(labels, not labels.issubset(result), len(picked), sizes)

@@ -118,13 +118,14 @@ class Merged:
 
 def merge(G, group: list[int]) -> Merged:
     """Substitute every intermediate of ``group`` by its defining equation. Labels summed
-    inside one einsum get fresh names, so they never collide with another einsum's."""
+    inside one einsum get fresh names, so they never collide with another einsum's. A group
+    of one einsum (a tensor network) is its own equation, labels as written: its node keeps
+    it (only a ``path`` is added), so what was inferred and played of it is not redone."""
     root = group[0]
     d = G.nodes[root]
-    if len(group) == 1 and d["op"] == "einsum":   # one einsum (a tensor network): relabeled
+    if len(group) == 1 and d["op"] == "einsum":
         operands = ir.operands(G, root)
-        terms, output = einsum_mod.split(einsum_mod.first_use_equation(
-            *einsum_mod.split(d["attrs"]["equation"])))
+        terms, output = einsum_mod.split(d["attrs"]["equation"])
         sizes = {}
         for t, u in zip(terms, operands):
             sizes.update(zip(t, G.nodes[u]["shape"]))
@@ -265,12 +266,12 @@ def _size(elements: int, itemsize: int) -> dict:
     return {"elements": int(elements), "bytes": int(elements) * itemsize}
 
 
-def _unconstrained(fn, m: Merged, ctx) -> tuple[Steps | None, dict | None]:
+def _unconstrained(fn, m: Merged, ctx, dtype) -> tuple[Steps | None, dict | None]:
     """The chosen search's path without a memory limit, and the anytime search's record."""
     if fn is ANYTIME and len(m.terms) > 2:
         return path_search.find_path(m.terms, m.output, m.sizes,
                                      time_budget=ctx.options.get("path_time"),
-                                     cache=ctx.options.get("path_cache", True))
+                                     cache=ctx.options.get("path_cache", True), dtype=dtype)
     return search(fn, m, None), None
 
 
@@ -308,7 +309,7 @@ def _plan_group(G, group: list[int], ctx) -> tuple[Merged, dict, Steps | None]:
     user_flops, user_largest, user_write = user_cost(G, group, ltr)
     user_combo = combo_cost(user_flops, user_write)
     fn, name = optimizer_for(ctx.optimize, len(m.terms))
-    free, search_rec = _unconstrained(fn, m, ctx)
+    free, search_rec = _unconstrained(fn, m, ctx, d["dtype"])
     if search_rec is not None:
         name = search_rec["searcher"]
 
