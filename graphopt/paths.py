@@ -116,8 +116,18 @@ def play(terms: Sequence[str], output: str, sizes: dict, path) -> Steps:
     intermediate."""
     path = [tuple(p) for p in path] or [tuple(range(len(terms)))]
     steps = play_path(terms, output, path)
-    flops, largest, write = 0, 0, 0
+    flops, largest, write = _counted(tuple(terms), output, tuple(path), tuple(sizes.items()))
+    return Steps(path, steps, flops, largest, all(len(s[0]) <= 2 for s in steps), write)
+
+
+@functools.lru_cache(maxsize=256)
+def _counted(terms: tuple, output: str, path: tuple, sizes: tuple) -> tuple[int, int, int]:
+    """``(flops, largest, write)`` of a played path; memoized: the path search, the
+    contraction pass and the FLOP count of its node count the same path of a network."""
+    sizes = dict(sizes)
     size = sizes.__getitem__
+    steps = _play_path_memo(terms, output, path)
+    flops, largest, write = 0, 0, 0
     last = len(steps) - 1
     for k, (_, picked, result) in enumerate(steps):
         elements = math.prod(map(size, result))
@@ -126,7 +136,7 @@ def play(terms: Sequence[str], output: str, sizes: dict, path) -> Steps:
             largest = elements
         labels = set("".join(picked))
         flops += step_flops(labels, not labels.issubset(result), len(picked), sizes)
-    return Steps(path, steps, flops, largest, all(len(s[0]) <= 2 for s in steps), write)
+    return flops, largest, write
 
 
 def left_to_right(n_operands: int) -> list[tuple[int, ...]]:
