@@ -21,9 +21,8 @@ budget pays for, is decided here:
 
 The budget: ``time_budget`` seconds where given (``compile(..., path_time=)``); by default
 ``SEARCH_FRACTION`` of the estimated run time of the best path found so far (its combo cost
-at ``COMBO_RATE``, a complex dtype's counted four times), at most ``DEFAULT_MAX_SECONDS``: a
-search costs at most about what the run it shortens costs, so a compile and a first run
-take at most about twice the run of the path found (the rent-or-buy bound); a network that
+at ``COMBO_RATE``), at most ``DEFAULT_MAX_SECONDS``: a search costs at most about what the
+run it shortens is estimated to cost (the rent-or-buy bound); a network that
 runs in a millisecond is ordered in well under one, an expensive one gets seconds. Steps
 1-4 are counted, not timed (``SearchSteps``, each step's assumed cost from the constants
 below): a step runs only where what was counted so far plus its own assumed cost is within
@@ -48,8 +47,6 @@ import time
 from collections import OrderedDict
 from typing import Sequence
 
-import numpy as np
-
 from . import disk_cache, progress
 from . import path_searchers as searchers
 from .errors import GraphError
@@ -59,12 +56,12 @@ _log = logging.getLogger(__name__)
 SLOW_SECONDS = 1.0         # a search this long is logged at INFO (else DEBUG)
 SEARCH_FRACTION = 1.0
 DEFAULT_MAX_SECONDS = 20.0
-# real operations per second assumed when sizing the default budget: a path's combo cost
-# (a complex dtype's four times) runs at 4-6.5e10 a second on one 2024 server core on the
-# GEMM-bound networks of benchmarks/networks.py (5e10 on the lattice, 5.3e10 on the complex
-# MPS norm); those that run in about a millisecond are bound by per-step overhead instead,
-# which no path search removes
-COMBO_RATE = 4e10
+# combo cost per second assumed when sizing the default budget: conservative (the
+# GEMM-bound networks of benchmarks/networks.py ran at 1.1-6.5e10 a second on one 2024
+# server core, complex ones at the low end; a 4e10 rate cut the search short of the
+# reconfiguration that halves the hyper-index network's run time), so the default budget is
+# up to a few times a path's actual run time
+COMBO_RATE = 1e10
 HYPER_MIN_SECONDS = 0.5    # below this budget, cotengra's trials are not worth starting
 HYPER_CHUNK_SECONDS = 0.25  # cotengra runs this long between checks of the budget
 TRIAL_SHARE = 0.5          # of the budget, for the counted random-greedy trials: the rest
@@ -108,21 +105,14 @@ _UNPRUNED: dict = {}       # cache directory -> path entries written since its l
 _lock = threading.Lock()
 
 
-def flop_weight(dtype) -> int:
-    """Real operations per counted FLOP of ``dtype``: 4 for complex (a complex multiply-add
-    is four real ones), else 1."""
-    return 4 if dtype is not None and np.dtype(dtype).kind == "c" else 1
+def estimated_seconds(steps: Steps) -> float:
+    """Run time of ``steps`` the budget rule assumes: its combo cost at ``COMBO_RATE``."""
+    return steps.combo / COMBO_RATE
 
 
-def estimated_seconds(steps: Steps, weight: int = 1) -> float:
-    """Run time of ``steps`` the budget rule assumes: its combo cost, times ``weight``
-    (``flop_weight``), at ``COMBO_RATE``."""
-    return steps.combo * weight / COMBO_RATE
-
-
-def default_budget(steps: Steps, weight: int = 1) -> float:
+def default_budget(steps: Steps) -> float:
     """Seconds of search a path of ``steps`` is worth by default (see the module docstring)."""
-    return min(DEFAULT_MAX_SECONDS, SEARCH_FRACTION * estimated_seconds(steps, weight))
+    return min(DEFAULT_MAX_SECONDS, SEARCH_FRACTION * estimated_seconds(steps))
 
 
 def sharing_pairs(terms: Sequence[str]) -> int:
@@ -190,9 +180,9 @@ class _Search:
     """One search's state (see the module docstring for its steps): the best path so far,
     the start it came from, the counted seconds and what ran."""
 
-    def __init__(self, terms, output, sizes, time_budget: float | None, weight: int = 1):
+    def __init__(self, terms, output, sizes, time_budget: float | None):
         self.terms, self.output, self.sizes = terms, output, sizes
-        self.time_budget, self.t0, self.weight = time_budget, time.perf_counter(), weight
+        self.time_budget, self.t0 = time_budget, time.perf_counter()
         self.best = self.first = None
         self.greedy = "greedy"         # the start's name
         self.counted = SearchSteps(terms, self.budget)
@@ -203,7 +193,7 @@ class _Search:
 
     def budget(self) -> float:     # follows the best path so far: asked each time
         return self.time_budget if self.time_budget is not None else \
-            default_budget(self.best, self.weight)
+            default_budget(self.best)
 
     def elapsed(self) -> float:
         return time.perf_counter() - self.t0
@@ -323,17 +313,16 @@ class _Search:
         return {"searcher": self.searcher(),
                 "trials": self.rust_trials + self.oe_trials + self.hyper_trials,
                 "seconds": round(self.elapsed(), 4), "budget_seconds": self.budget(),
-                "estimated_run_seconds": estimated_seconds(self.best, self.weight),
+                "estimated_run_seconds": estimated_seconds(self.best),
                 "greedy": self.greedy, "greedy_combo": self.first.combo,
                 "greedy_flops": self.first.flops, "combo": self.best.combo}
 
 
-def search(terms, output, sizes, time_budget: float | None, start: Steps | None = None,
-           weight: int = 1):
+def search(terms, output, sizes, time_budget: float | None, start: Steps | None = None):
     """Search without the cache: ``(best steps, record)`` (see the module docstring);
     ``start``: a path found before (a cache entry searched with a smaller budget), kept
-    where it is cheaper than the greedy start; ``weight``: ``flop_weight``."""
-    run = _Search(terms, output, sizes, time_budget, weight)
+    where it is cheaper than the greedy start."""
+    run = _Search(terms, output, sizes, time_budget)
     run.start()
     if start is not None:
         run.keep(start)
@@ -403,36 +392,34 @@ def check_time_budget(time_budget) -> None:
 
 
 def find_path(terms: Sequence[str], output: str, sizes: dict,
-              time_budget: float | None = None, cache: bool = True,
-              dtype=None) -> tuple[Steps, dict]:
+              time_budget: float | None = None, cache: bool = True) -> tuple[Steps, dict]:
     """The best path found for ``terms -> output`` within ``time_budget`` seconds (None: the
-    default budget, which counts a complex ``dtype``'s FLOPs four times), and a record:
+    default budget), and a record:
     searcher, trials, seconds, budget_seconds, estimated_run_seconds, greedy (the start:
     "cotengrust greedy (costmod c)" or opt_einsum's "greedy"), greedy_combo, greedy_flops,
     combo, and ``cache`` ("hit", "miss" or "off")."""
     terms, sizes = list(terms), {c: int(s) for c, s in sizes.items()}
     check_time_budget(time_budget)
-    weight = flop_weight(dtype)
     if not cache:
-        steps, rec = search(terms, output, sizes, time_budget, weight=weight)
+        steps, rec = search(terms, output, sizes, time_budget)
         return steps, dict(rec, cache="off")
     key = network_key(terms, output, sizes)
     kept = _cached(key, terms, output, sizes)
     if kept is not None:
         steps, entry = kept
-        asked = time_budget if time_budget is not None else default_budget(steps, weight)
+        asked = time_budget if time_budget is not None else default_budget(steps)
         if entry["budget_seconds"] >= asked:
             return steps, {"searcher": entry["searcher"], "trials": 0, "seconds": 0.0,
                            "budget_seconds": entry["budget_seconds"],
-                           "estimated_run_seconds": estimated_seconds(steps, weight),
+                           "estimated_run_seconds": estimated_seconds(steps),
                            "greedy": entry.get("greedy", "greedy"),
                            "greedy_combo": entry.get("greedy_combo", steps.combo),
                            "greedy_flops": entry.get("greedy_flops"),
                            "combo": steps.combo, "cache": "hit",
                            "searched_seconds": entry.get("seconds", 0.0)}
-        steps, rec = search(terms, output, sizes, time_budget, start=steps, weight=weight)
+        steps, rec = search(terms, output, sizes, time_budget, start=steps)
     else:
-        steps, rec = search(terms, output, sizes, time_budget, weight=weight)
+        steps, rec = search(terms, output, sizes, time_budget)
     entry = {"path": [list(p) for p in steps.path], "searcher": rec["searcher"],
              "budget_seconds": rec["budget_seconds"], "seconds": rec["seconds"],
              "greedy": rec["greedy"], "greedy_combo": rec["greedy_combo"],

@@ -266,12 +266,12 @@ def _size(elements: int, itemsize: int) -> dict:
     return {"elements": int(elements), "bytes": int(elements) * itemsize}
 
 
-def _unconstrained(fn, m: Merged, ctx, dtype) -> tuple[Steps | None, dict | None]:
+def _unconstrained(fn, m: Merged, ctx) -> tuple[Steps | None, dict | None]:
     """The chosen search's path without a memory limit, and the anytime search's record."""
     if fn is ANYTIME and len(m.terms) > 2:
         return path_search.find_path(m.terms, m.output, m.sizes,
                                      time_budget=ctx.options.get("path_time"),
-                                     cache=ctx.options.get("path_cache", True), dtype=dtype)
+                                     cache=ctx.options.get("path_cache", True))
     return search(fn, m, None), None
 
 
@@ -309,7 +309,7 @@ def _plan_group(G, group: list[int], ctx) -> tuple[Merged, dict, Steps | None]:
     user_flops, user_largest, user_write = user_cost(G, group, ltr)
     user_combo = combo_cost(user_flops, user_write)
     fn, name = optimizer_for(ctx.optimize, len(m.terms))
-    free, search_rec = _unconstrained(fn, m, ctx, d["dtype"])
+    free, search_rec = _unconstrained(fn, m, ctx)
     if search_rec is not None:
         name = search_rec["searcher"]
 
