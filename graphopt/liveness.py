@@ -14,11 +14,12 @@ from . import ir
 
 ALIGN = 64  # bytes: cache-line (and AVX-512) aligned buffers
 # ``assign_arena_offsets`` finds the placed buffers a new one overlaps through the buffers
-# live at each of its steps where intervals are this many steps long or less on average (a
-# contraction program's, mostly one or two: 0.6 -> 0.1 ms on a 200-step MPS product), else
-# by a scan of every placed buffer, in Python up to ``VECTOR_SCAN_BUFFERS`` of them and with
-# NumPy beyond (measured crossing over at 300-500 buffers)
-STEP_SCAN_MEAN_STEPS = 8
+# live at each of its steps where intervals are this many steps long or less on average (an
+# MPS contraction program's, about three: 0.63 -> 0.40 ms on 200 steps; at 11-36 steps on
+# average the scan below was 1.5-2.4x faster), else by a scan of every placed buffer, in
+# Python up to ``VECTOR_SCAN_BUFFERS`` of them and with NumPy beyond (measured crossing
+# over at 300-500 buffers)
+STEP_SCAN_MEAN_STEPS = 4
 VECTOR_SCAN_BUFFERS = 300
 
 

@@ -10,8 +10,9 @@ budget pays for, is decided here:
    opt_einsum's (Python, 2-10 ms on 50-200 tensors) where the budget pays for it or
    cotengrust is not installed;
 2. cotengra's subtree reconfiguration of the best path, at each subtree size the budget
-   pays for, smallest first (a deterministic local search: 8-25x fewer FLOPs than the
-   greedy start on lattices, PEPS and MPO networks, in tens of milliseconds);
+   pays for, smallest first (a deterministic local search: at subtree size 4, 2-15x less
+   combo cost than the greedy start on the lattice, PEPS and MPO networks of
+   benchmarks/networks.py, in 6-17 ms);
 3. random-greedy trials within ``TRIAL_SHARE`` of the budget: cotengrust's in batches, then
    opt_einsum's (without cotengrust, these alone);
 4. the reconfiguration again, of a better path the trials found;
@@ -199,7 +200,10 @@ class _Search:
         return time.perf_counter() - self.t0
 
     def keep(self, path) -> None:
-        """Keep ``path`` where it is cheaper than the best so far."""
+        """Keep ``path`` (a path or its ``Steps``; None: a searcher found none) where it is
+        cheaper than the best so far."""
+        if path is None:
+            return
         try:
             s = path if isinstance(path, Steps) else \
                 play(self.terms, self.output, self.sizes, path)

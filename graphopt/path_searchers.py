@@ -74,10 +74,14 @@ def fast_greedy(terms, output, sizes, costmod: float) -> Steps | None:
 
 def rust_random_greedy(terms, output, sizes, trials: int, seed: int):
     """The path of fewest FLOPs of ``trials`` of cotengrust's random-greedy (its costmod
-    and temperature sampled per trial; ``seed`` makes them repeatable)."""
-    path, _ = cotengrust().optimize_random_greedy_track_flops(
-        [tuple(t) for t in terms], tuple(output), sizes, ntrials=trials, seed=seed,
-        simplify=False, use_ssa=False)
+    and temperature sampled per trial; ``seed`` makes them repeatable), or None where it
+    gives none (sizes its counters overflow on)."""
+    try:
+        path, _ = cotengrust().optimize_random_greedy_track_flops(
+            [tuple(t) for t in terms], tuple(output), sizes, ntrials=trials, seed=seed,
+            simplify=False, use_ssa=False)
+    except (ValueError, TypeError, OverflowError):
+        return None
     return [tuple(p) for p in path]
 
 
@@ -90,7 +94,7 @@ class RandomGreedyTrials:
     def __init__(self, terms, output, sizes):
         from opt_einsum import RandomGreedy
         self._fn, self._args = RandomGreedy().setup(*_int_labels(terms, output, sizes))
-        self._r = 1       # trial 0 is plain greedy, which the search starts from
+        self._r = 1       # trial 0 is plain greedy, which the search's start runs
 
     def trial(self) -> list[tuple[int, ...]]:
         """The next trial's path."""

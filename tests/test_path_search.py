@@ -245,6 +245,18 @@ def test_cotengrust_greedy_paths_are_valid_pairwise_paths():
             assert int(info.opt_cost) == s.flops
 
 
+def test_cotengrust_random_greedy_batches_are_valid_and_repeatable():
+    if path_searchers.cotengrust() is None:
+        pytest.skip("cotengrust is not installed")
+    eq, terms, output, sizes, shapes = network(40, 9)
+    path = path_searchers.rust_random_greedy(terms, output, sizes, 16, seed=3)
+    s = play(terms, output, sizes, path)
+    assert s.pairwise
+    _, info = opt_einsum.contract_path(eq, *shapes, shapes=True, optimize=s.path)
+    assert int(info.opt_cost) == s.flops
+    assert path_searchers.rust_random_greedy(terms, output, sizes, 16, seed=3) == path
+
+
 def test_zero_budget_is_greedy_and_a_larger_budget_searches_on(cache_dir):
     _, terms, output, sizes, _ = network(30, 5)
     greedy, rec = path_search.find_path(terms, output, sizes, time_budget=0)
