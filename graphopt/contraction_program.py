@@ -122,7 +122,6 @@ class Program:
              for k, s in enumerate(self.steps)), default=0)
 
 
-@functools.lru_cache(maxsize=4096)
 def _plan_step(equation: str, in_shapes: tuple, blas: bool) -> tuple[str, tuple, GemmPlan | None]:
     """``(equation to run, result shape, GEMM plan or None)`` of one step."""
     terms, result = split(equation)

@@ -136,17 +136,20 @@ class HyperTrials:
         return len(self._opt.scores)
 
 
-def reconfigured(terms, output, sizes, steps: Steps, subtree_size: int = 8) -> Steps:
+def reconfigured(terms, output, sizes, steps: Steps, subtree_size: int = 8) -> Steps | None:
     """``steps`` improved by cotengra's subtree reconfiguration (deterministic; tens of
     milliseconds on a 100-tensor network): every subtree of ``subtree_size`` tensors
-    re-ordered optimally."""
+    re-ordered optimally; None where its path does not play over the network."""
     import cotengra
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         tree = cotengra.ContractionTree.from_path([tuple(t) for t in terms], tuple(output),
                                                   dict(sizes), path=steps.path)
         tree.subtree_reconfigure_(minimize="combo", subtree_size=subtree_size)
-        return play(terms, output, sizes, tree.get_path())
+        try:
+            return play(terms, output, sizes, tree.get_path())
+        except GraphError:
+            return None
 
 
 def reordered_for_peak(terms, output, sizes, path) -> list[tuple[int, ...]]:

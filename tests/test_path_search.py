@@ -245,6 +245,17 @@ def test_cotengrust_greedy_paths_are_valid_pairwise_paths():
             assert int(info.opt_cost) == s.flops
 
 
+def test_a_searcher_that_finds_no_path_is_skipped(cache_dir, monkeypatch):
+    # cotengrust's batches and cotengra's reconfiguration return None where they give no
+    # path that plays over the network: the search goes on with what it has
+    monkeypatch.setattr(path_searchers, "reconfigured", lambda *a: None)
+    monkeypatch.setattr(path_searchers, "rust_random_greedy", lambda *a, **k: None)
+    _, terms, output, sizes, _ = network(20, 1)
+    steps, rec = path_search.search(terms, output, sizes, 0.05)
+    assert steps.pairwise and steps.combo <= rec["greedy_combo"]
+    assert play(terms, output, sizes, steps.path).combo == steps.combo
+
+
 def test_cotengrust_random_greedy_batches_are_valid_and_repeatable():
     if path_searchers.cotengrust() is None:
         pytest.skip("cotengrust is not installed")
