@@ -20,7 +20,10 @@ class Kernel:
     ``source`` is readable code (generated source, or the library call it makes) and
     ``impl`` names the implementation chosen (e.g. ``numpy``, ``blas-gemm``, ``numba-fused``).
     ``uses_threads``: the kernel spreads over the call's threads (BLAS, parallel loops or
-    blocks); otherwise it runs on the calling thread alone. ``workspace_bytes``: the most
+    blocks); otherwise it runs on the calling thread alone. ``blas_only_threads``: its only
+    threads are its GEMMs' (``cpu_gemm.threaded_matmul``), so in a call whose every
+    threaded step is such a kernel BLAS may thread the GEMMs itself
+    (``threads.enter_call``). ``workspace_bytes``: the most
     memory one call allocates beside ``out`` and frees before it returns (transposed operand
     copies, per-slice intermediates): the plan's predicted peak adds the largest to the
     arena (a reference step's counts the result it computes before copying it into
@@ -37,6 +40,7 @@ class Kernel:
     node: int | None = None
     details: dict = field(default_factory=dict)
     uses_threads: bool = False
+    blas_only_threads: bool = False
     workspace_bytes: int = 0
     held_bytes: Callable | None = None
     release: Callable | None = None

@@ -81,6 +81,10 @@ class Plan(StepsIntrospection):
         self._long_running = sum(s.flops for s in steps) >= progress.LONG_RUN_FLOPS
         # numba's threads are set per call only where a step may run numba code
         self._numba = any(s.kernel.impl not in threads.NO_NUMBA_IMPLS for s in steps)
+        # BLAS may thread the GEMMs itself where they are the plan's only threaded work
+        kinds = [(s.kernel.uses_threads, s.kernel.blas_only_threads) for s in steps]
+        self.blas_threads_gemms = threads.blas_may_thread(kinds)
+        self._parallel = any(t and not b for t, b in kinds)
         self._input_slots = tuple(input_slots)
         self._output_slots = tuple(output_slots)
         self._init_vals = list(init_vals)
@@ -256,7 +260,8 @@ class Plan(StepsIntrospection):
 
     def _run(self, arrays: list, clock):
         arena = self._checkout()
-        threads.enter_call(self.threads, numba=self._numba)
+        threads.enter_call(self.threads, numba=self._numba, blas=self.blas_threads_gemms,
+                           parallel=self._parallel)
         try:
             vals, outs = arena.vals, arena.outs
             self.place_inputs(vals, arrays)

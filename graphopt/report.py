@@ -107,7 +107,15 @@ class OptimizationReport:
         plan = self._plan() if self._plan is not None else None
         if plan is None:
             return None
-        return threads.describe(getattr(plan, "threads", None))
+        info = threads.describe(getattr(plan, "threads", None))
+        if any(s.kernel.blas_only_threads or "blas-gemm" in s.kernel.impl
+               for s in getattr(plan, "steps", ())):
+            info["gemm_threads"] = ("BLAS's own, where a call is alone and no call with "
+                                    "other threaded work started in the last "
+                                    f"{threads.BLAS_QUIET_SECONDS:g} s; else "
+                                    if plan.blas_threads_gemms else "") + \
+                "split over graphopt's workers, one BLAS thread each"
+        return info
 
     def measured_memory(self) -> dict | None:
         """The plan's ``memory_stats()`` now (None before a plan is attached or once it is
@@ -178,6 +186,8 @@ class OptimizationReport:
                      if "numba_layer" in t else "")
             lines.append(f"  threads: {t['budget']} ({t['from']}; {t['machine']} core(s) "
                          f"here); BLAS {', '.join(t['blas']) or 'none loaded'}{layer}")
+            if "gemm_threads" in t:
+                lines.append(f"  GEMM threads: {t['gemm_threads']}")
         return lines
 
     def __str__(self) -> str:

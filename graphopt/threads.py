@@ -10,18 +10,23 @@ may run on (``os.sched_getaffinity``). Every plan call runs between ``enter_call
   run at once (the others wait for a slot), so four user threads on two cores never start
   eight;
 - numba kernels get the call's share through ``numba.set_num_threads`` (per thread);
-- BLAS runs one thread inside graphopt: a large GEMM is split over the call's threads by
-  graphopt itself (``backends/cpu_gemm.py``) and tiled blocks run in parallel
-  (``run_parallel``), each part a single-threaded BLAS call on graphopt's workers (a
-  contraction along a path runs its GEMMs the same way). The user's own BLAS setting is
-  given back when no call is in flight.
+- BLAS: where a plan's only threaded steps are GEMMs (``blas_may_thread``: contractions,
+  a tensor network along its path) and its call is the only one in flight, BLAS runs on
+  the call's threads and threads each GEMM itself. Otherwise BLAS runs one thread: a large
+  GEMM is split over the call's threads by graphopt (``backends/cpu_gemm.py``) and tiled
+  blocks run in parallel (``run_parallel``), each part a single-threaded BLAS call on
+  graphopt's workers. The user's own BLAS setting is given back when no call is in flight.
 
-Why graphopt splits GEMMs instead of threading OpenBLAS: OpenBLAS's workers spin for about
-0.1 s after every threaded call, and numba's OpenMP workers spin after every parallel
-kernel; two pools spinning on each other's cores made two threads 38x slower than one on
-attention (issue 13). graphopt's workers sleep on a condition when idle, and
-``start_numba_workers`` makes numba's OpenMP workers do the same
-(``OMP_WAIT_POLICY=passive``, unless the user has chosen a policy).
+Why graphopt splits GEMMs beside other parallel work instead of threading OpenBLAS:
+OpenBLAS's workers spin for about 0.1 s after every threaded call, and numba's OpenMP
+workers spin after every parallel kernel; two pools spinning on each other's cores made two
+threads 38x slower than one on attention (issue 13). graphopt's workers sleep on a
+condition when idle, and ``start_numba_workers`` makes numba's OpenMP workers do the same
+(``OMP_WAIT_POLICY=passive``, unless the user has chosen a policy). Why BLAS threads a
+GEMM-only plan's GEMMs: waking a sleeping worker takes 80-100 us (measured here), so a
+2-thread split of a 4-16 MFLOP GEMM ran 1.1-1.5x faster than one thread where OpenBLAS's
+spinning workers ran it 1.9-2x faster (a 12-site MPS ring: 4.2 -> 2.9 ms on two cores).
+With no numba loop or graphopt worker in the plan, nothing competes with BLAS's spinning.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ import contextlib
 import os
 import sys
 import threading
+import time
 
 from .errors import GraphError
 
@@ -40,6 +46,12 @@ _lock = threading.Lock()         # guards the counters below and every BLAS limi
 _active_calls = 0
 _regions = 0
 _blas_threads: int | None = None     # what graphopt set BLAS to (None: the user's own)
+_blas_calls = 0                      # calls in flight that let BLAS thread their GEMMs
+_parallel_at = float("-inf")         # when a call with work on other threads last started
+# BLAS threads a GEMM-only call's GEMMs only where no call with numba loops or graphopt's
+# workers started for this long: OpenBLAS's workers spin ~0.1 s after each threaded GEMM,
+# which made alternating calls of an elementwise plan 2.2x slower (measured: 3.5 -> 8.9 ms).
+BLAS_QUIET_SECONDS = 1.0
 _user_blas: list | None = None       # the user's BLAS thread counts while graphopt holds it
 _blas_libs = None                    # threadpoolctl controllers of the loaded BLAS libraries
 _pool = None
@@ -113,15 +125,29 @@ def budget_for(plan_threads: int | None, local: bool = True) -> tuple[int, str]:
 # ------------------------------------------------------------------------ BLAS and numba
 
 
-_blas_libs_at = -1   # len(sys.modules) when the BLAS libraries were listed
+_blas_libs_at = 0   # len(sys.modules) when the BLAS libraries were last listed or checked
+_SHARED_OBJECT = (".so", ".pyd", ".dylib")
+
+
+def _extension_imported_since(seen: int) -> bool:
+    """Whether a module imported after the first ``seen`` ones is an extension module: a
+    new BLAS comes with one (scipy's OpenBLAS, torch's MKL), never with a pure-Python
+    import, so the others need no new listing."""
+    mods = list(sys.modules.values())
+    return any(str(getattr(m, "__file__", None) or "").endswith(_SHARED_OBJECT)
+               for m in mods[seen:])
 
 
 def _blas_controllers(refresh: bool = False):
     """threadpoolctl's controllers of every BLAS loaded (lock held): listed once, and with
-    ``refresh`` again if modules were imported since (a new BLAS comes with an import, e.g.
-    scipy's OpenBLAS)."""
+    ``refresh`` again if an extension module was imported since. A listing costs 1-6 ms
+    (threadpoolctl resolves the path of every loaded library), more than a small plan call."""
     global _blas_libs, _blas_libs_at
-    if _blas_libs is None or (refresh and _blas_libs_at != len(sys.modules)):
+    if _blas_libs is not None and refresh and _blas_libs_at != len(sys.modules):
+        if _extension_imported_since(min(_blas_libs_at, len(sys.modules))):
+            _blas_libs = None
+        _blas_libs_at = len(sys.modules)
+    if _blas_libs is None:
         from threadpoolctl import ThreadpoolController
 
         _blas_libs = ThreadpoolController().select(user_api="blas").lib_controllers
@@ -163,14 +189,36 @@ def _restore_user_blas() -> None:
     _user_blas = _blas_threads = None
 
 
-def blas_one_thread() -> None:
-    """Before a BLAS call graphopt threads itself (or runs inside a parallel region):
-    BLAS on one thread. OpenBLAS's own workers spin for ~0.1 s after every threaded call,
-    on the cores graphopt's workers and numba's need next, so graphopt never wakes them.
-    Outside a plan call (compile-time timing) BLAS keeps the user's setting."""
+def blas_for_gemm() -> bool:
+    """Before a GEMM large enough for BLAS to thread: BLAS set for it. True where BLAS runs
+    one thread (graphopt threads the GEMM itself, or it runs inside a parallel region):
+    OpenBLAS's own workers spin for ~0.1 s after every threaded call, on the cores
+    graphopt's workers and numba's need next. False where BLAS threads the GEMM itself: on
+    this call's threads where the call may let it (``enter_call(blas=True)``), else as it
+    is while another call in flight does (BLAS's threads are never changed under a call
+    that runs on them). Outside a plan call (compile-time timing) BLAS keeps the user's
+    setting."""
+    n = _local.__dict__.get("blas")
+    if n:
+        if _blas_threads != n:
+            with _lock:
+                _set_blas(n)
+        return False
     if _blas_threads != 1 and _active_calls:
         with _lock:
+            if _blas_calls:
+                return False
             _set_blas(1)
+    return True
+
+
+def blas_may_thread(kernels) -> bool:
+    """Whether BLAS may thread a plan's GEMMs itself: ``kernels`` lists per step
+    ``(uses_threads, blas_only_threads)``; some step is threaded and every threaded step's
+    threads are its GEMMs' alone (no numba parallel loop, no blocks or slices on graphopt's
+    workers)."""
+    kernels = list(kernels)
+    return any(t for t, _ in kernels) and all(b for t, b in kernels if t)
 
 
 def blas_threads() -> int | None:
@@ -269,12 +317,17 @@ NO_NUMBA_IMPLS = frozenset({"numpy", "numpy-sliced", "numpy-einsum", "numpy-ufun
                             "blas-gemm", "copy"})
 
 
-def enter_call(plan_threads: int | None, numba: bool = True) -> int:
+def enter_call(plan_threads: int | None, numba: bool = True, blas: bool = False,
+               parallel: bool = False) -> int:
     """A plan call starts in this thread (waiting for a slot while the process budget's
     worth of calls run): returns the threads it may use, ``budget // calls in flight``
-    (numba set to them for this thread where the plan runs ``numba`` code). A call made
-    inside a call (same thread) takes no slot. Pair with ``exit_call``."""
-    global _active_calls
+    (numba set to them for this thread where the plan runs ``numba`` code). With ``blas``
+    (the plan's threaded steps are all GEMMs: ``blas_may_thread``), a call alone in flight
+    with more than one thread sets BLAS to them and lets it thread each GEMM itself, unless
+    a call with ``parallel`` work (numba loops or graphopt's workers on the call's threads)
+    started in the last ``BLAS_QUIET_SECONDS``. A call made inside a call (same thread)
+    takes no slot. Pair with ``exit_call``."""
+    global _active_calls, _blas_calls, _parallel_at
     mine = _local.__dict__
     budget = mine.get("override") or plan_threads or _default or default_threads()
     depth = mine.get("depth", 0)
@@ -284,7 +337,14 @@ def enter_call(plan_threads: int | None, numba: bool = True) -> int:
     with _lock:
         _active_calls += 1
         calls = _active_calls
-    n = mine["call"] = budget // calls or 1
+        n = budget // calls or 1
+        if parallel:
+            _parallel_at = time.monotonic()
+        elif blas and depth == 0 and calls == 1 and n > 1 and not _regions and \
+                time.monotonic() - _parallel_at > BLAS_QUIET_SECONDS:
+            _blas_calls += 1       # (BLAS is set at the call's first large GEMM)
+            mine["blas"] = n
+    mine["call"] = n
     if numba and mine.get("numba") != n:
         set_numba_threads(n)
     return n
@@ -292,12 +352,14 @@ def enter_call(plan_threads: int | None, numba: bool = True) -> int:
 
 def exit_call() -> None:
     """The call ends; the last one in flight gives BLAS back its user's thread count."""
-    global _active_calls
+    global _active_calls, _blas_calls
+    mine = _local.__dict__
     with _lock:
         _active_calls -= 1
+        if mine["depth"] == 1 and mine.pop("blas", None):
+            _blas_calls -= 1
         if _active_calls == 0 and _blas_threads is not None:
             _restore_user_blas()
-    mine = _local.__dict__
     mine["depth"] -= 1
     if mine["depth"] == 0:
         mine["call"] = None       # outside a call, kernels run on one thread
@@ -315,7 +377,8 @@ def parallel_region():
     global _regions
     with _lock:
         _regions += 1
-        _set_blas(1)
+        if not _blas_calls:     # (never under a call whose GEMMs BLAS threads)
+            _set_blas(1)
     try:
         yield
     finally:
@@ -396,7 +459,8 @@ def describe(plan_threads: int | None = None) -> dict:
                 f"({getattr(lib, 'threading_layer', None) or 'threads'})"
                 for lib in _blas_controllers()]
     info = {"budget": n, "from": where, "machine": machine_threads(), "blas": blas,
-            "blas_threads": _blas_threads, "active_calls": _active_calls}
+            "blas_threads": _blas_threads, "active_calls": _active_calls,
+            "blas_threaded_calls": _blas_calls}
     nb = sys.modules.get("numba")
     if nb is not None:
         try:

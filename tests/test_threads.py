@@ -1,6 +1,7 @@
 """The thread budget (graphopt/threads.py): where it comes from, who gets the threads per
 step, parallel tiled blocks with one BLAS thread each, and calls from several user threads."""
 
+import sys
 import threading
 
 import numpy as np
@@ -101,36 +102,138 @@ def test_report_names_the_budget_and_which_steps_use_it():
     assert info["budget"] == 2 and info["from"] == "compile(threads=)"
     uses = {k["impl"]: k["uses_threads"] for k in p.report.kernels}
     assert uses["blas-gemm"] is True
+    # attention's softmax runs numba loops on the call's threads: its GEMMs are split
+    assert not p.blas_threads_gemms and "GEMM threads: split over graphopt's workers" in text
+    gemm_only = go.compile(_gemm_graph(False), threads=2)
+    assert "GEMM threads: BLAS's own, where a call is alone" in str(gemm_only.report)
+    assert gemm_only.report.to_dict()["threads"]["gemm_threads"].startswith("BLAS's own")
 
 
 # ----------------------------------------------------------------------- who gets threads
 
 
 def user_blas_threads():
-    return tuple(lib.get_num_threads() for lib in threads._blas_controllers())
+    """Each loaded BLAS library's thread count (a library loaded later, e.g. by an import a
+    test makes, is compared only from then on)."""
+    return {lib.filepath: lib.get_num_threads() for lib in threads._blas_controllers()}
 
 
-def test_a_large_gemm_is_split_over_the_call_threads_with_one_blas_thread_each(monkeypatch):
-    """graphopt threads a GEMM itself (OpenBLAS's own workers would spin on the cores the
-    next step needs); the user's BLAS setting is back once the call returns."""
-    before = user_blas_threads()
-    rec = BlasRecorder(monkeypatch)
+def blas_given_back(before) -> bool:
+    now = user_blas_threads()
+    return all(now[f] == n for f, n in before.items() if f in now)
+
+
+def _gemm_graph(with_parallel_loop: bool):
     g = go.Graph("gemm")
     a, b = g.input("a", (256, 128), "float64"), g.input("b", (128, 512), "float64")
-    g.output(go.einsum("ij,jk->ik", a, b))
+    outs = {"c": go.einsum("ij,jk->ik", a, b)}
+    if with_parallel_loop:      # a numba loop on the call's threads beside the GEMM
+        v = g.input("v", (1 << 18,), "float64")
+        outs["e"] = go.exp(v) * 2.0
+    g.output(outs)
+    return g
+
+
+def test_a_gemm_only_plan_alone_in_flight_lets_blas_thread_its_gemms(monkeypatch):
+    """A plan whose only threaded steps are GEMMs, called alone: BLAS on the call's threads,
+    one BLAS call per GEMM (its spinning workers hand off faster than graphopt's sleeping
+    ones); the user's BLAS setting is back once the call returns."""
+    monkeypatch.setattr(threads, "_parallel_at", float("-inf"))  # no parallel call before
+    before = user_blas_threads()
+    rec = BlasRecorder(monkeypatch)
     r = np.random.default_rng(1)
     x, y = r.standard_normal((256, 128)), r.standard_normal((128, 512))
-    p = go.compile(g, threads=2)
-    assert p.steps[0].kernel.impl == "blas-gemm" and p.steps[0].kernel.uses_threads
-    np.testing.assert_allclose(p(a=x, b=y), x @ y, rtol=1e-12, atol=1e-12)
+    p = go.compile(_gemm_graph(False), threads=2)
+    assert p.steps[0].kernel.impl == "blas-gemm" and p.steps[0].kernel.blas_only_threads
+    assert p.blas_threads_gemms
+    np.testing.assert_allclose(p(a=x, b=y)["c"], x @ y, rtol=1e-12, atol=1e-12)
+    assert [(t, set(blas)) for t, blas, _ in rec.calls] == [(threading.get_ident(), {2})]
+    assert threads.active_calls() == 0 and blas_given_back(before)
+    with go.thread_budget(1):                     # one thread: BLAS on one thread
+        rec.calls.clear()
+        np.testing.assert_allclose(p(a=x, b=y)["c"], x @ y, rtol=1e-12, atol=1e-12)
+    assert [(t, set(blas)) for t, blas, _ in rec.calls] == [(threading.get_ident(), {1})]
+    assert blas_given_back(before)
+
+
+def test_a_large_gemm_beside_a_parallel_loop_is_split_with_one_blas_thread_each(monkeypatch):
+    """Beside a numba loop on the call's threads, graphopt threads a GEMM itself (OpenBLAS's
+    own workers would spin on the cores the loop needs next); the user's BLAS setting is
+    back once the call returns."""
+    before = user_blas_threads()
+    rec = BlasRecorder(monkeypatch)
+    r = np.random.default_rng(1)
+    x, y = r.standard_normal((256, 128)), r.standard_normal((128, 512))
+    v = r.standard_normal(1 << 18)
+    p = go.compile(_gemm_graph(True), threads=2)
+    gemm = next(s.kernel for s in p.steps if s.kernel.impl == "blas-gemm")
+    assert gemm.uses_threads and not p.blas_threads_gemms
+    got = p(a=x, b=y, v=v)
+    np.testing.assert_allclose(got["c"], x @ y, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(got["e"], np.exp(v) * 2.0, rtol=1e-12)
     assert len(rec.calls) == 2 and len({t for t, _, _ in rec.calls}) == 2
     assert all(set(blas) == {1} for _, blas, _ in rec.calls)
-    assert threads.active_calls() == 0 and user_blas_threads() == before
+    assert threads.active_calls() == 0 and blas_given_back(before)
     assert threads.current_threads() == 1      # outside a call: one thread
     with go.thread_budget(1):                     # one thread: one BLAS call, one thread
         rec.calls.clear()
-        np.testing.assert_allclose(p(a=x, b=y), x @ y, rtol=1e-12, atol=1e-12)
+        np.testing.assert_allclose(p(a=x, b=y, v=v)["c"], x @ y, rtol=1e-12, atol=1e-12)
     assert [(t, set(blas)) for t, blas, _ in rec.calls] == [(threading.get_ident(), {1})]
+
+
+def test_blas_threads_gemms_only_once_no_parallel_call_started_for_a_while(monkeypatch):
+    """After a call with a numba loop on the call's threads, a GEMM-only call splits its
+    GEMMs as before (OpenBLAS's spinning workers would slow the loop's next call); once
+    no such call started for ``BLAS_QUIET_SECONDS``, BLAS threads them."""
+    rec = BlasRecorder(monkeypatch)
+    r = np.random.default_rng(2)
+    x, y = r.standard_normal((256, 128)), r.standard_normal((128, 512))
+    v = r.standard_normal(1 << 18)
+    mixed = go.compile(_gemm_graph(True), threads=2)
+    gemm = go.compile(_gemm_graph(False), threads=2)
+    mixed(a=x, b=y, v=v)
+    rec.calls.clear()
+    np.testing.assert_allclose(gemm(a=x, b=y)["c"], x @ y, rtol=1e-12, atol=1e-12)
+    assert len(rec.calls) == 2 and all(set(blas) == {1} for _, blas, _ in rec.calls)
+    monkeypatch.setattr(threads, "BLAS_QUIET_SECONDS", 0.0)
+    rec.calls.clear()
+    np.testing.assert_allclose(gemm(a=x, b=y)["c"], x @ y, rtol=1e-12, atol=1e-12)
+    assert [set(blas) for _, blas, _ in rec.calls] == [{2}]
+
+
+def test_blas_may_thread_only_where_every_threaded_step_is_a_gemm():
+    assert threads.blas_may_thread([(True, True), (False, False)])
+    assert not threads.blas_may_thread([(True, True), (True, False)])
+    assert not threads.blas_may_thread([(False, False)])       # nothing threaded
+    assert not threads.blas_may_thread([])
+
+
+def test_blas_is_listed_again_only_after_an_extension_module_import(monkeypatch):
+    """A listing costs milliseconds: a pure-Python import keeps the list, an extension
+    module (which may bring its own BLAS) makes the next call list the libraries again."""
+    import types
+
+    import threadpoolctl
+
+    first = threads._blas_controllers()
+    listed = []
+
+    class Counting(threadpoolctl.ThreadpoolController):
+        def __init__(self):
+            listed.append(1)
+            super().__init__()
+    monkeypatch.setattr(threadpoolctl, "ThreadpoolController", Counting)
+    pure = types.ModuleType("graphopt_test_pure")
+    pure.__file__ = "/nowhere/graphopt_test_pure.py"
+    monkeypatch.setitem(sys.modules, "graphopt_test_pure", pure)
+    assert threads._blas_controllers(refresh=True) is first and not listed
+    ext = types.ModuleType("graphopt_test_ext")
+    ext.__file__ = "/nowhere/graphopt_test_ext.cpython-311-x86_64-linux-gnu.so"
+    monkeypatch.setitem(sys.modules, "graphopt_test_ext", ext)
+    assert threads._blas_controllers() is first and not listed     # no refresh asked
+    again = threads._blas_controllers(refresh=True)
+    assert len(listed) == 1 and [c.filepath for c in again] == [c.filepath for c in first]
+    assert threads._blas_controllers(refresh=True) is again and len(listed) == 1
 
 
 @pytest.mark.parametrize("shape_a, shape_b, axis", [
@@ -196,7 +299,7 @@ def test_an_error_in_a_parallel_item_reaches_the_caller_and_closes_the_region():
         assert threads.run_parallel(lambda c: c, [0, 1], 2) == [0, 1]
     finally:
         threads.exit_call()
-    assert user_blas_threads() == before
+    assert blas_given_back(before)
 
 # ----------------------------------------------------------------------- user threads
 
@@ -234,7 +337,50 @@ def test_four_user_threads_share_the_budget_and_get_right_results(monkeypatch, s
     # every GEMM ran on one BLAS thread, and numba never beyond the budget
     assert all(set(blas) == {1} and nb <= 2 for _, blas, nb in rec.calls), \
         [c for c in rec.calls if set(c[1]) != {1} or c[2] > 2]
-    assert user_blas_threads() == before
+    assert blas_given_back(before)
+
+
+def test_gemm_only_and_other_calls_at_once_are_right_and_give_blas_back(monkeypatch,
+                                                                        small_tiles):
+    """Calls of a GEMM-only plan (BLAS threads its GEMMs where a call is alone) and of a
+    tiled plan from four user threads: right results, no deadlock, BLAS within the budget
+    throughout, and the user's setting back at the end."""
+    before = user_blas_threads()
+    rec = BlasRecorder(monkeypatch)
+    att = go.compile(attention_graph(), threads=2, cache=False)
+    gemm = go.compile(_gemm_graph(False), threads=2, cache=False)
+    assert gemm.blas_threads_gemms and not att.blas_threads_gemms
+    r = np.random.default_rng(3)
+    xy = [(r.standard_normal((256, 128)), r.standard_normal((128, 512))) for _ in range(4)]
+    cases = [attention_inputs(seed=s) for s in range(4)]
+    expect = [reference(attention_graph(), c) for c in cases]
+    errors, barrier = [], threading.Barrier(4)
+
+    def work(w):
+        try:
+            barrier.wait()
+            for k in range(6):
+                i = (w + k) % 4
+                if (w + k) % 2:
+                    np.testing.assert_allclose(att(**cases[i]), expect[i], rtol=1e-4,
+                                               atol=1e-5)
+                else:
+                    x, y = xy[i]
+                    np.testing.assert_allclose(gemm(a=x, b=y)["c"], x @ y, rtol=1e-12,
+                                               atol=1e-12)
+        except Exception as e:  # reported below, with the thread that saw it
+            errors.append((w, e))
+
+    ts = [threading.Thread(target=work, args=(w,)) for w in range(4)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(timeout=120)
+    assert not any(t.is_alive() for t in ts), "a call deadlocked"
+    assert not errors, errors
+    assert threads.active_calls() == 0 and threads.describe()["blas_threaded_calls"] == 0
+    assert all(max(blas) <= 2 and nb <= 2 for _, blas, nb in rec.calls)
+    assert blas_given_back(before)
 
 
 def test_calls_beyond_the_budget_wait_for_a_slot(monkeypatch):

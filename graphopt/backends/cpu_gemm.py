@@ -1,13 +1,15 @@
-"""The CPU GEMM: one (batched) matrix product on the call's threads, BLAS single-threaded.
+"""The CPU GEMM: one (batched) matrix product on the call's threads.
 
 ``threaded_matmul(a, b, c)`` computes ``c = a @ b`` (2-D, or 3-D with a batch dim) with NumPy's
-BLAS on one thread per part: a product too small to share runs whole on the calling
-thread; a larger one is cut into as many parts as the call has threads, along the batch
-dim where there are enough matrices, else along the wider of M and N (the parts are
-strided views, which BLAS reads and writes in place), and the parts run on graphopt's
-workers (``threads.run_parallel``). Every element of ``c`` is one BLAS dot product over
-the whole K in either case, so the split changes no result beyond BLAS's own kernel
-choice at a part's edge.
+BLAS. Where the call lets BLAS thread its GEMMs (a plan whose only threaded steps are
+GEMMs, alone in flight: ``threads.enter_call``) the product is one BLAS call on BLAS's
+threads. Otherwise BLAS runs one thread per part: a product too small to share runs
+whole on the calling thread; a larger one is cut into as many parts as the call has
+threads, along the batch dim where there are enough matrices, else along the wider of M
+and N (the parts are strided views, which BLAS reads and writes in place), and the parts
+run on graphopt's workers (``threads.run_parallel``). Every element of ``c`` is one BLAS
+dot product over the whole K in either case, so the split changes no result beyond BLAS's
+own kernel choice at a part's edge.
 """
 
 from __future__ import annotations
@@ -46,9 +48,9 @@ def gemm_parts(shape_a, shape_b, nthreads: int) -> tuple[str, list[tuple[int, in
 
 def threaded_matmul(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
     """``np.matmul(a, b, out=c)`` on the calling plan's threads (see the module doc)."""
-    if a.shape[-2] * a.shape[-1] * b.shape[-1] <= SMALL_GEMM.get(c.dtype.kind, 0):
+    if a.shape[-2] * a.shape[-1] * b.shape[-1] <= SMALL_GEMM.get(c.dtype.kind, 0) or \
+            not threads.blas_for_gemm():   # (BLAS threads it itself: threads.enter_call)
         return np.matmul(a, b, out=c)
-    threads.blas_one_thread()
     axis, ranges = gemm_parts(a.shape, b.shape, threads.current_threads())
     if axis == "whole":
         return np.matmul(a, b, out=c)

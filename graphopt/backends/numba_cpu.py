@@ -166,8 +166,10 @@ def fused_kernel(G, n, opt_level: int, fast_math: bool, forms=None) -> Kernel:
     else:
         impl = k.impl
     fn = _guard_inplace(body, k.inplace_ok, G, n)
-    threaded = bool(k.details.get("parallel")) or impl.startswith("blas-gemm")
-    return Kernel(name, fn, source, impl, node=n, details=details, uses_threads=threaded,
+    parallel = bool(k.details.get("parallel"))
+    gemm = impl.startswith("blas-gemm")
+    return Kernel(name, fn, source, impl, node=n, details=details,
+                  uses_threads=parallel or gemm, blas_only_threads=gemm and not parallel,
                   workspace_bytes=details.get("workspace_bytes", 0))
 
 
@@ -263,8 +265,10 @@ def einsum_kernel(G, n, opt_level: int, form: str = "auto") -> Kernel:
         if out is None:
             out = np.empty(d["shape"], d["dtype"])
         return run(args, out)
+    gemm = impl == "blas-gemm"
     return Kernel(f"einsum_{n}", fn, source, impl, node=n, details=details,
-                  uses_threads=impl == "blas-gemm", workspace_bytes=details["workspace_bytes"])
+                  uses_threads=gemm, blas_only_threads=gemm,
+                  workspace_bytes=details["workspace_bytes"])
 
 
 def _contraction_with_epilogue(G, n, k, opt_level, form: str = "auto"):

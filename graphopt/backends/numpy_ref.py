@@ -80,6 +80,8 @@ def sliced_kernel(G, n) -> Kernel:
            f"(blocks {blocks}), up to {most} slices at once\n"
            "sliced_contract(equation, path, slices, args, out, blocks, workers)")
     return Kernel(fn.__name__, fn, src, impl="numpy-sliced", node=n, uses_threads=True,
+                  # slices run in parallel on graphopt's workers: BLAS stays on one thread
+                  blas_only_threads=not (slices and most > 1),
                   held_bytes=program.idle_arena_bytes, release=program.release_arenas,
                   details={"slices": slices, "slice_blocks": blocks, "path": path,
                            "slice_workers": most},

@@ -4,6 +4,7 @@ a product gives the product, for every BLAS dtype, batched or not, on strided vi
 import contextlib
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -54,7 +55,10 @@ def test_threaded_matmul_is_the_product(batch, m, k, n, dtype, transposed, seed)
     assert np.all(np.abs(c - want) <= bound + np.finfo(dtype).tiny)
 
 
-def test_a_plan_with_a_split_gemm_and_epilogue_matches_numpy():
+@pytest.mark.parametrize("blas_threads_gemms", [False, True])
+def test_a_plan_with_a_split_gemm_and_epilogue_matches_numpy(blas_threads_gemms, monkeypatch):
+    """The GEMM split over graphopt's workers (as beside a parallel loop), or one BLAS call
+    on BLAS's threads (a GEMM-only plan alone in flight): the same result."""
     g = go.Graph("gemm+bias")
     x, w, b = (g.input("x", (33, 17), "float64"), g.input("w", (17, 29), "float64"),
                g.input("b", (29,), "float64"))
@@ -62,6 +66,9 @@ def test_a_plan_with_a_split_gemm_and_epilogue_matches_numpy():
     r = np.random.default_rng(3)
     xs, ws, bs = r.standard_normal((33, 17)), r.standard_normal((17, 29)), r.standard_normal(29)
     plan = go.compile(g, threads=3, cache=False)
+    assert plan.blas_threads_gemms      # only the GEMM (its epilogue on one thread) is threaded
+    plan.blas_threads_gemms = blas_threads_gemms
+    monkeypatch.setattr(threads, "_parallel_at", float("-inf"))  # no parallel call before
     parts = []
     real = cpu_gemm.threads.run_parallel
 
@@ -74,5 +81,5 @@ def test_a_plan_with_a_split_gemm_and_epilogue_matches_numpy():
             got = plan(x=xs, w=ws, b=bs)
     finally:
         cpu_gemm.threads.run_parallel = real
-    assert parts == [3]
+    assert parts == ([] if blas_threads_gemms else [3])
     np.testing.assert_allclose(got, np.maximum(xs @ ws + bs, 0), rtol=1e-12, atol=1e-12)
