@@ -125,33 +125,17 @@ def budget_for(plan_threads: int | None, local: bool = True) -> tuple[int, str]:
 # ------------------------------------------------------------------------ BLAS and numba
 
 
-_blas_libs_at = 0   # len(sys.modules) when the BLAS libraries were last listed or checked
-_SHARED_OBJECT = (".so", ".pyd", ".dylib")
-
-
-def _extension_imported_since(seen: int) -> bool:
-    """Whether a module imported after the first ``seen`` ones is an extension module: a
-    new BLAS comes with one (scipy's OpenBLAS, torch's MKL), never with a pure-Python
-    import, so the others need no new listing."""
-    mods = list(sys.modules.values())
-    return any(str(getattr(m, "__file__", None) or "").endswith(_SHARED_OBJECT)
-               for m in mods[seen:])
-
-
-def _blas_controllers(refresh: bool = False):
-    """threadpoolctl's controllers of every BLAS loaded (lock held): listed once, and with
-    ``refresh`` again if an extension module was imported since. A listing costs 1-6 ms
-    (threadpoolctl resolves the path of every loaded library), more than a small plan call."""
-    global _blas_libs, _blas_libs_at
-    if _blas_libs is not None and refresh and _blas_libs_at != len(sys.modules):
-        if _extension_imported_since(min(_blas_libs_at, len(sys.modules))):
-            _blas_libs = None
-        _blas_libs_at = len(sys.modules)
+def _blas_controllers():
+    """threadpoolctl's controllers of the BLAS libraries loaded (lock held), listed once: a
+    listing costs 1-6 ms (threadpoolctl resolves the path of every loaded library), more
+    than a small plan call. graphopt calls no BLAS but NumPy's (``np.matmul``,
+    ``np.einsum``), loaded with NumPy before graphopt, so a BLAS another import brings later
+    (scipy's OpenBLAS, torch's MKL) never runs in a graphopt call and needs no limit."""
+    global _blas_libs
     if _blas_libs is None:
         from threadpoolctl import ThreadpoolController
 
         _blas_libs = ThreadpoolController().select(user_api="blas").lib_controllers
-        _blas_libs_at = len(sys.modules)
     return _blas_libs
 
 
@@ -161,7 +145,7 @@ def _set_blas(n: int) -> None:
     global _blas_threads, _user_blas
     if _blas_threads == n:
         return
-    libs = _blas_controllers(refresh=_user_blas is None)
+    libs = _blas_controllers()
     if _user_blas is None:
         _user_blas = [lib.get_num_threads() for lib in libs]
     for lib in libs:
