@@ -43,43 +43,63 @@ def play_path(terms: Sequence[str], output: str, path) -> list[PlayedStep]:
 def _play_path_memo(terms: tuple, output: str, path: tuple) -> tuple:
     current = list(terms)
     path = [tuple(p) for p in path] or [tuple(range(len(current)))]
+    # a term's labels once each (an input may repeat one: a trace), for the counts below
+    once = {t: "".join(dict.fromkeys(t)) for t in terms if len(set(t)) != len(t)}
     # how many current terms hold each label, plus one for the output's labels
     held: dict = {}
     get = held.get
-    for t in (*current, output):
-        for c in set(t):
+    for t in terms:
+        for c in once.get(t, t):
             held[c] = get(c, 0) + 1
+    for c in output:
+        held[c] = get(c, 0) + 1
     steps = []
     last = len(path) - 1
     for k, inds in enumerate(path):
-        if len(inds) == 2:      # (nearly every step: the loop below is the hot one)
+        n = len(current)
+        if len(inds) == 2:      # (nearly every step: the branch below is the hot one)
             i, j = inds
-            inds = (i, j) if i < j else (j, i)
-            ok = 0 <= inds[0] and inds[1] < len(current) and i != j
+            if i > j:
+                i, j = j, i
+            if not (0 <= i and j < n and i != j):
+                _bad_step(path, k, (i, j), n)
+            a, b = current[i], current[j]
+            del current[j]
+            del current[i]
+            picked = (a, b)
+            for c in once.get(a, a):
+                held[c] -= 1
+            for c in once.get(b, b):
+                held[c] -= 1
+            inds, union = (i, j), a + b
         else:
             inds = tuple(sorted(inds))
-            ok = inds and inds[0] >= 0 and inds[-1] < len(current) and \
-                len(set(inds)) == len(inds)
-        if not ok:
-            raise GraphError(f"contraction path {path} step {k} picks {inds} from "
-                             f"{len(current)} operand(s)")
-        picked = tuple([current[i] for i in inds])
-        for i in reversed(inds):
-            del current[i]
-        for t in picked:
-            for c in set(t):
-                held[c] -= 1
+            if not (inds and inds[0] >= 0 and inds[-1] < n and len(set(inds)) == len(inds)):
+                _bad_step(path, k, inds, n)
+            picked = tuple([current[i] for i in inds])
+            for i in reversed(inds):
+                del current[i]
+            for t in picked:
+                for c in once.get(t, t):
+                    held[c] -= 1
+            union = "".join(picked)
         if k == last:
             if current:
                 raise GraphError(f"contraction path {path} leaves {len(current)} operand(s)")
             result = output
+            for c in set(result):
+                held[c] += 1
         else:
-            result = "".join([c for c in dict.fromkeys("".join(picked)) if held[c]])
-        for c in set(result):
-            held[c] += 1
+            result = "".join([c for c in dict.fromkeys(union) if held[c]])
+            for c in result:
+                held[c] += 1
         current.append(result)
         steps.append((inds, picked, result))
     return tuple(steps)
+
+
+def _bad_step(path, k: int, inds, n: int):
+    raise GraphError(f"contraction path {path} step {k} picks {inds} from {n} operand(s)")
 
 
 @dataclass

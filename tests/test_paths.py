@@ -97,3 +97,29 @@ def test_left_to_right_cost_on_large_networks_matches_play():
         played = paths.play(terms, "", sizes, paths.left_to_right(len(terms)))
         assert paths.left_to_right_cost(terms, "", sizes) == \
             (played.flops, played.largest, played.write)
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_step_results_hold_the_labels_opt_einsum_keeps(seed):
+    """Each step's result holds the labels opt_einsum's own step keeps, on random equations
+    with repeated labels in a term (traces) and steps of two and three operands."""
+    r = np.random.default_rng(seed)
+    letters = "abcdefg"
+    terms = ["".join(r.choice(list(letters), r.integers(1, 5))) for _ in range(r.integers(2, 7))]
+    seen = "".join(dict.fromkeys("".join(terms)))
+    output = "".join(c for c in seen if r.random() < 0.3 and "".join(terms).count(c) == 1)
+    path, left = [], len(terms)
+    while left > 1:
+        k = min(left, int(r.choice([2, 2, 3])))
+        path.append(tuple(int(i) for i in r.choice(left, k, replace=False)))
+        left -= k - 1
+    eq = ",".join(terms) + "->" + output
+    shapes = [(2,) * len(t) for t in terms]
+    _, info = opt_einsum.contract_path(eq, *shapes, shapes=True, optimize=path)
+    steps = paths.play_path(terms, output, path)
+    assert len(steps) == len(info.contraction_list)
+    for (_, picked, result), theirs in zip(steps, info.contraction_list):
+        ins, out = theirs[2].split("->")
+        def canon(ts):   # opt_einsum orders an intermediate's labels its own way
+            return sorted("".join(sorted(t)) for t in ts)
+        assert canon(picked) == canon(ins.split(",")) and set(result) == set(out)
