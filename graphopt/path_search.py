@@ -9,14 +9,17 @@ budget pays for, is decided here:
    each of ``FAST_GREEDY_COSTMODS``; quimb and cotengra start from the same), and
    opt_einsum's (Python, 2-10 ms on 50-200 tensors) where the budget pays for it or
    cotengrust is not installed;
-2. cotengra's subtree reconfiguration of the best path, at each subtree size the budget
+2. one batch of ``FIRST_TRIALS`` cotengrust random-greedy trials, where it costs at most
+   ``FIRST_TRIALS_SHARE`` of the budget (a better start for the next step on grid-like
+   networks);
+3. cotengra's subtree reconfiguration of the best path, at each subtree size the budget
    pays for, smallest first (a deterministic local search: at subtree size 4, 2-15x less
    combo cost than the greedy start on the lattice, PEPS and MPO networks of
    benchmarks/networks.py, in 6-17 ms);
-3. random-greedy trials within ``TRIAL_SHARE`` of the budget: cotengrust's in batches, then
+4. random-greedy trials within ``TRIAL_SHARE`` of the budget: cotengrust's in batches, then
    opt_einsum's (without cotengrust, these alone);
-4. the reconfiguration again, of a better path the trials found;
-5. by the clock: where the budget is at least ``HYPER_MIN_SECONDS``, cotengra's
+5. the reconfiguration again, of a better path the trials found;
+6. by the clock: where the budget is at least ``HYPER_MIN_SECONDS``, cotengra's
    hyper-optimizer with every trial refined the same way, until the budget is spent; under
    a smaller budget that the user set, or without cotengra, more of opt_einsum's trials.
 
@@ -25,7 +28,7 @@ The budget: ``time_budget`` seconds where given (``compile(..., path_time=)``); 
 at ``COMBO_RATE``), at most ``DEFAULT_MAX_SECONDS``: a search costs at most about what the
 run it shortens is estimated to cost (the rent-or-buy bound); a network that
 runs in a millisecond is ordered in well under one, an expensive one gets seconds. Steps
-1-4 are counted, not timed (``SearchSteps``, each step's assumed cost from the constants
+1-5 are counted, not timed (``SearchSteps``, each step's assumed cost from the constants
 below): a step runs only where what was counted so far plus its own assumed cost is within
 the budget of the best path found so far, so a small network's path does not depend on the
 machine's speed, and a path that runs in ten milliseconds is not refined for sixty. A trial
@@ -96,7 +99,13 @@ RUST_TRIAL_SECONDS_PER_PAIR = 1e-7
 RUST_PLAY_SECONDS_PER_TENSOR = 6e-6
 RUST_BATCH = 16
 RUST_MAX_TRIALS = 1024
-CACHE_FORMAT = 3           # part of every key: a change to the search makes new entries
+# Before the first reconfiguration, one batch of this many cotengrust trials where it costs
+# at most ``FIRST_TRIALS_SHARE`` of the budget: a start the reconfiguration refines further
+# than the greedy one on grid-like networks (the 10x10 lattice of benchmarks/networks.py:
+# search 20.9 -> 11.6 ms, run 4.3 -> 2.6 ms), within a few percent of the budget elsewhere.
+FIRST_TRIALS = 8
+FIRST_TRIALS_SHARE = 0.1
+CACHE_FORMAT = 4           # part of every key: a change to the search makes new entries
 MEMO_ENTRIES = 256
 DISK_ENTRIES = 4096        # path files kept, give or take the PRUNE_EVERY written since a prune
 PRUNE_EVERY = 64
@@ -239,7 +248,7 @@ class _Search:
                     rust_greedy(costmod)
 
     def reconfigure(self) -> None:
-        """Steps 2 and 4: cotengra's reconfiguration of the best path at each subtree size
+        """Steps 3 and 5: cotengra's reconfiguration of the best path at each subtree size
         the budget pays for, smallest first."""
         for size, rate in sorted(RECONF_SECONDS_PER_TENSOR.items()) if self.cotengra else ():
             seconds = rate * self.counted.n
@@ -251,8 +260,25 @@ class _Search:
             self.keep(searchers.reconfigured(self.terms, self.output, self.sizes, self.best,
                                              size))
 
+    def first_trials(self) -> None:
+        """Step 2: one batch of ``FIRST_TRIALS`` cotengrust random-greedy trials, where it
+        costs at most ``FIRST_TRIALS_SHARE`` of the budget."""
+        counted = self.counted
+        play = RUST_PLAY_SECONDS_PER_TENSOR * counted.n
+        room = FIRST_TRIALS_SHARE * self.budget()
+        if searchers.cotengrust() is None or \
+                play + FIRST_TRIALS * RUST_TRIAL_SECONDS_PER_TENSOR * counted.n > room:
+            return    # (the pairs need counting only where the batch may fit)
+        seconds = play + FIRST_TRIALS * counted.rust_trial_seconds()
+        if seconds > room or not counted.pays_for(seconds):
+            return
+        counted.count(seconds)
+        self.keep(searchers.rust_random_greedy(self.terms, self.output, self.sizes,
+                                               FIRST_TRIALS, seed=self.rust_trials))
+        self.rust_trials += FIRST_TRIALS
+
     def random_greedy(self) -> None:
-        """Step 3: random-greedy trials within ``TRIAL_SHARE`` of the budget left when they
+        """Step 4: random-greedy trials within ``TRIAL_SHARE`` of the budget left when they
         begin, cotengrust's in batches, then opt_einsum's."""
         counted, base = self.counted, self.counted.counted
         per_batch = RUST_PLAY_SECONDS_PER_TENSOR * counted.n
@@ -285,7 +311,7 @@ class _Search:
         self.keep(self._oe_trials.trial())
 
     def by_the_clock(self) -> None:
-        """Step 5: the hyper-optimizer until the budget is spent, where it is worth it;
+        """Step 6: the hyper-optimizer until the budget is spent, where it is worth it;
         else, where the user set the budget or nothing else improves the path, more of
         opt_einsum's trials."""
         def hyper():
@@ -337,6 +363,7 @@ def search(terms, output, sizes, time_budget: float | None, start: Steps | None 
         progress.phase(f"contraction path search, {len(terms)} operands, up to "
                        f"{run.budget():.1f} s")
     if len(terms) > 2 and time_budget != 0:
+        run.first_trials()
         run.reconfigure()
         run.random_greedy()
         run.reconfigure()

@@ -183,9 +183,9 @@ def test_the_search_stops_where_the_budget_of_the_best_path_no_longer_pays(
     if searchers == "opt_einsum":
         assert 1 <= rec["trials"] < path_search.MIN_TRIALS
         assert rec["searcher"] == "opt_einsum random-greedy"
-    else:     # the first reconfiguration (subtree size 4) was enough
-        assert rec["trials"] == 0
-        assert rec["searcher"].endswith(", subtree reconfiguration (4)")
+    else:     # the first batch of cotengrust's trials was enough: nothing ran after it
+        assert rec["trials"] == path_search.FIRST_TRIALS
+        assert rec["searcher"] == "cotengrust random-greedy"
 
 
 def test_the_reconfiguration_runs_at_each_size_the_budget_pays_for_smallest_first(
@@ -211,6 +211,46 @@ def test_the_reconfiguration_runs_at_each_size_the_budget_pays_for_smallest_firs
         _, rec = path_search.search(terms, output, sizes, start + extra)
         assert ran == sizes_run
         assert ("subtree reconfiguration" in rec["searcher"]) == bool(sizes_run)
+
+
+def test_a_first_batch_of_trials_runs_before_the_reconfiguration_where_it_is_cheap(
+        cache_dir, monkeypatch):
+    """One batch of ``FIRST_TRIALS`` cotengrust trials, first, where it costs at most
+    ``FIRST_TRIALS_SHARE`` of the budget; a budget it would take more of goes to the
+    reconfiguration as before."""
+    if path_searchers.cotengrust() is None or not path_searchers.cotengra_available():
+        pytest.skip("cotengrust and cotengra are not installed")
+    _, terms, output, sizes, _ = network(30, 3)
+    ran = []
+    real_trials, real_reconf = path_searchers.rust_random_greedy, path_searchers.reconfigured
+
+    def trials(terms, output, sizes, k, seed):
+        ran.append(("trials", k, seed))
+        return real_trials(terms, output, sizes, k, seed)
+
+    def reconf(terms, output, sizes, steps, size):
+        ran.append(("reconfiguration", size))
+        return real_reconf(terms, output, sizes, steps, size)
+    monkeypatch.setattr(path_searchers, "rust_random_greedy", trials)
+    monkeypatch.setattr(path_searchers, "reconfigured", reconf)
+    counted = path_search.SearchSteps(terms, None)
+    batch = path_search.RUST_PLAY_SECONDS_PER_TENSOR * counted.n + \
+        path_search.FIRST_TRIALS * counted.rust_trial_seconds()
+    start = path_search.FAST_GREEDY_SECONDS_PER_TENSOR * counted.n
+    reconf4 = path_search.RECONF_SECONDS_PER_TENSOR[4] * counted.n
+    # a budget of which the batch is a tenth or less, that pays for every start and the
+    # reconfiguration after it: the batch, then the reconfiguration
+    budget = 2 * max(batch / path_search.FIRST_TRIALS_SHARE,
+                     counted.trial_seconds() + 2 * start + batch + reconf4)
+    path_search.search(terms, output, sizes, budget)
+    assert ran[:2] == [("trials", path_search.FIRST_TRIALS, 0), ("reconfiguration", 4)]
+    # a budget of which the batch would be more than a tenth: no batch first (the later
+    # steps, which may run trials of their own, left out)
+    ran.clear()
+    for later in ("random_greedy", "by_the_clock"):
+        monkeypatch.setattr(path_search._Search, later, lambda self: None)
+    path_search.search(terms, output, sizes, (batch / path_search.FIRST_TRIALS_SHARE) * 0.99)
+    assert all(r[0] == "reconfiguration" for r in ran)
 
 
 @pytest.mark.parametrize("rust", [True, False])
