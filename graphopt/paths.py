@@ -174,34 +174,42 @@ def left_to_right_cost(terms: Sequence[str], output: str, sizes: dict) -> tuple[
     if len(terms) <= 2 or 0 in sizes.values():
         s = play(terms, output, sizes, left_to_right(len(terms)))
         return s.flops, s.largest, s.write
+    size = sizes.__getitem__
     out = set(output)
     # how many terms not yet contracted hold each label, plus one for the output's labels
-    held: dict = {c: 1 for c in out}
-    for t in terms:
-        for c in set(t):
-            held[c] = held.get(c, 0) + 1
-    acc: set = set()
-    acc_elems, flops, largest, write = 1, 0, 0, 0
-    for k, t in enumerate(terms):
-        tset = set(t)
+    held: dict = dict.fromkeys(out, 1)
+    get = held.get
+    sets = [set(t) for t in terms]
+    for ts in sets:
+        for c in ts:
+            held[c] = get(c, 0) + 1
+    for c in sets[0]:
+        held[c] -= 1
+    acc = set(sets[0])
+    acc_elems = math.prod(map(size, acc))
+    flops, largest, write = 0, 0, 0
+    last = len(terms) - 1
+    for k in range(1, last + 1):
+        tset = sets[k]
         for c in tset:
             held[c] -= 1
-        if k == 0:
-            acc, acc_elems = tset, math.prod(sizes[c] for c in tset)
-            continue
         new = tset - acc
-        union_elems = acc_elems * math.prod(sizes[c] for c in new)
+        union_elems = acc_elems * math.prod(map(size, new)) if new else acc_elems
         acc |= new
-        if k == len(terms) - 1:
+        if k == last:
             dropped = acc - out
         else:   # a label of the accumulated term that ``t`` lacks is held as before
-            dropped = {c for c in (acc if k == 1 else tset) if not held[c]}
-        acc -= dropped
-        acc_elems = union_elems // math.prod(sizes[c] for c in dropped)
-        flops += union_elems * (2 if dropped else 1)
+            dropped = [c for c in (acc if k == 1 else tset) if not held[c]]
+        if dropped:
+            acc.difference_update(dropped)
+            acc_elems = union_elems // math.prod(map(size, dropped))
+            flops += 2 * union_elems
+        else:
+            acc_elems = union_elems
+            flops += union_elems
         write += acc_elems
-        if k < len(terms) - 1:
-            largest = max(largest, acc_elems)
+        if k < last and acc_elems > largest:
+            largest = acc_elems
     return flops, largest, write
 
 
