@@ -20,7 +20,7 @@ budget pays for, is decided here:
    opt_einsum's (without cotengrust, these alone);
 5. the reconfiguration again, of a better path the trials found;
 6. by the clock: where the budget is at least ``HYPER_MIN_SECONDS``, cotengra's
-   hyper-optimizer with every trial refined the same way, until the budget is spent; under
+   hyper-optimizer at its defaults, until the budget is spent; under
    a smaller budget that the user set, or without cotengra, more of opt_einsum's trials.
 
 The budget: ``time_budget`` seconds where given (``compile(..., path_time=)``); by default
