@@ -112,6 +112,18 @@ def test_report_names_the_budget_and_which_steps_use_it():
 # ----------------------------------------------------------------------- who gets threads
 
 
+def run_in_threads(work, errors: list, n: int = 4) -> None:
+    """``work(w)`` on ``n`` threads; none may deadlock, and ``errors`` (what ``work``
+    caught, with its thread) stays empty."""
+    ts = [threading.Thread(target=work, args=(w,)) for w in range(n)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(timeout=120)
+    assert not any(t.is_alive() for t in ts), "a call deadlocked"
+    assert not errors, errors
+
+
 def user_blas_threads():
     """The thread count of each BLAS library graphopt limits."""
     return {lib.filepath: lib.get_num_threads() for lib in threads._blas_controllers()}
@@ -327,13 +339,7 @@ def test_four_user_threads_share_the_budget_and_get_right_results(monkeypatch, s
         except Exception as e:  # reported below, with the thread that saw it
             errors.append((w, e))
 
-    ts = [threading.Thread(target=work, args=(w,)) for w in range(4)]
-    for t in ts:
-        t.start()
-    for t in ts:
-        t.join(timeout=120)
-    assert not any(t.is_alive() for t in ts), "a call deadlocked"
-    assert not errors, errors
+    run_in_threads(work, errors)
     assert threads.active_calls() == 0
     # every GEMM ran on one BLAS thread, and numba never beyond the budget
     assert all(set(blas) == {1} and nb <= 2 for _, blas, nb in rec.calls), \
@@ -372,13 +378,7 @@ def test_gemm_only_and_other_calls_at_once_are_right_and_give_blas_back(monkeypa
         except Exception as e:  # reported below, with the thread that saw it
             errors.append((w, e))
 
-    ts = [threading.Thread(target=work, args=(w,)) for w in range(4)]
-    for t in ts:
-        t.start()
-    for t in ts:
-        t.join(timeout=120)
-    assert not any(t.is_alive() for t in ts), "a call deadlocked"
-    assert not errors, errors
+    run_in_threads(work, errors)
     assert threads.active_calls() == 0 and threads.describe()["blas_threaded_calls"] == 0
     assert all(max(blas) <= 2 and nb <= 2 for _, blas, nb in rec.calls)
     assert blas_given_back(before)
