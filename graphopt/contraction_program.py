@@ -43,8 +43,10 @@ from .paths import label_sizes, play_path
 # The Python objects a call holds per step while it runs: the view of the step's place in
 # the arena (kept with the arena), the views a GEMM makes of its operands and product, the
 # operand lists. tracemalloc counts them as a call's memory; measured on CPython 3.11 and
-# NumPy 2.4 at 280-380 bytes a step over six networks of 80-200 steps.
-OBJECT_BYTES_PER_STEP = 320
+# NumPy 2.4 at 180-250 bytes a step on five networks of 80-200 steps (the operands' 128
+# counted apart); at 264 the nine networks of benchmarks/networks.py measure 0.92-1.0006
+# of their predicted peaks (at 320, 0.85-0.87 on those whose arrays weigh little).
+OBJECT_BYTES_PER_STEP = 264
 # ... and per operand: the call's key (a shape and a strides tuple per operand) while it
 # looks up its program; measured at 100-120 bytes an operand on 80- and 150-operand calls
 OBJECT_BYTES_PER_OPERAND = 128
