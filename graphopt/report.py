@@ -103,7 +103,8 @@ class OptimizationReport:
 
     def thread_info(self) -> dict | None:
         """The thread budget the plan's calls get now and where it comes from, with the
-        BLAS libraries and numba's threading layer (None before a plan is attached)."""
+        BLAS libraries and numba's threading layer, and where the plan has GEMMs whose
+        threads run them (``gemm_threads``); None before a plan is attached."""
         plan = self._plan() if self._plan is not None else None
         if plan is None:
             return None
@@ -113,7 +114,7 @@ class OptimizationReport:
             info["gemm_threads"] = ("BLAS's own, where a call is alone and no call with "
                                     "other threaded work started in the last "
                                     f"{threads.BLAS_QUIET_SECONDS:g} s; else "
-                                    if plan.blas_threads_gemms else "") + \
+                                    if getattr(plan, "blas_threads_gemms", False) else "") + \
                 "split over graphopt's workers, one BLAS thread each"
         return info
 
