@@ -34,24 +34,20 @@ the budget of the best path found so far, so a small network's path does not dep
 machine's speed, and a path that runs in ten milliseconds is not refined for sixty. A trial
 that has started is finished, so a search may overrun its budget by one trial.
 
-Paths are kept by the network's structure and sizes: in this process (``_MEMO``) and on
-disk beside the kernels (``disk_cache``, ``path_<digest>.json``, at most
-``DISK_ENTRIES`` files, oldest dropped first), so a second compile or a second process does
-no search. An entry is used when it was searched with at least the budget now asked for;
-a corrupt entry, or one whose path does not fit the network, is dropped and searched again.
+Paths are kept by the network's structure and sizes (``path_cache``: in this process and
+on disk beside the kernels), so a second compile or a second process does no search. An
+entry is used when it was searched with at least the budget now asked for; a corrupt
+entry, or one whose path does not fit the network, is dropped and searched again.
 """
 
 from __future__ import annotations
 
 import functools
-import hashlib
 import logging
-import threading
 import time
-from collections import OrderedDict
 from typing import Sequence
 
-from . import disk_cache, progress
+from . import path_cache, progress
 from . import path_searchers as searchers
 from .errors import GraphError
 from .paths import Steps, play
@@ -102,17 +98,10 @@ RUST_MAX_TRIALS = 1024
 # Before the first reconfiguration, one batch of this many cotengrust trials where it costs
 # at most ``FIRST_TRIALS_SHARE`` of the budget: a start the reconfiguration refines further
 # than the greedy one on grid-like networks (the 10x10 lattice of benchmarks/networks.py:
-# search 20.9 -> 11.6 ms, run 4.3 -> 2.6 ms), within a few percent of the budget elsewhere.
+# search 20.9 -> 12.0 ms, run 4.3 -> 2.5 ms), within a few percent of the budget elsewhere.
 FIRST_TRIALS = 8
 FIRST_TRIALS_SHARE = 0.1
-CACHE_FORMAT = 4           # part of every key: a change to the search makes new entries
-MEMO_ENTRIES = 256
-DISK_ENTRIES = 4096        # path files kept, give or take the PRUNE_EVERY written since a prune
-PRUNE_EVERY = 64
 
-_MEMO: OrderedDict = OrderedDict()
-_UNPRUNED: dict = {}       # cache directory -> path entries written since its last prune
-_lock = threading.Lock()
 
 
 def estimated_seconds(steps: Steps) -> float:
@@ -172,18 +161,6 @@ class SearchSteps:
 
     def count(self, seconds: float) -> None:
         self.counted += seconds
-
-
-def network_key(terms: Sequence[str], output: str, sizes: dict) -> str:
-    """The cache key of a network: its equation with labels renamed in order of first use,
-    and each label's size."""
-    names = searchers.numbered_labels(terms, output)
-    number = names.__getitem__
-    text = "|".join([str(CACHE_FORMAT), ";".join([",".join(map(str, map(number, t)))
-                                                  for t in terms]),
-                     ",".join(map(str, map(number, output))),
-                     ",".join([str(int(sizes[c])) for c in names])])
-    return hashlib.sha256(text.encode()).hexdigest()[:32]
 
 
 class _Search:
@@ -376,44 +353,6 @@ def search(terms, output, sizes, time_budget: float | None, start: Steps | None 
     return run.best, rec
 
 
-def _valid_entry(doc) -> bool:
-    return (isinstance(doc, dict) and isinstance(doc.get("path"), list)
-            and isinstance(doc.get("budget_seconds"), (int, float))
-            and isinstance(doc.get("searcher"), str)
-            and all(isinstance(p, list) and all(isinstance(i, int) for i in p)
-                    for p in doc["path"]))
-
-
-def _cached(key: str, terms, output, sizes):
-    """``(steps, entry)`` kept for ``key`` (this process first, then disk), or None."""
-    with _lock:
-        hit = _MEMO.get(key)
-        if hit is not None:
-            _MEMO.move_to_end(key)
-            return hit
-    doc = disk_cache.read_json(f"path_{key}.json", _valid_entry)
-    if doc is None:
-        return None
-    try:
-        steps = play(terms, output, sizes, doc["path"])
-    except GraphError:
-        disk_cache.remove(f"path_{key}.json")
-        return None
-    if steps.combo != doc.get("combo", steps.combo):
-        disk_cache.remove(f"path_{key}.json")
-        return None
-    _remember(key, steps, doc)
-    return steps, doc
-
-
-def _remember(key: str, steps: Steps, entry: dict) -> None:
-    with _lock:
-        _MEMO[key] = (steps, entry)
-        _MEMO.move_to_end(key)
-        while len(_MEMO) > MEMO_ENTRIES:
-            _MEMO.popitem(last=False)
-
-
 def check_time_budget(time_budget) -> None:
     """``GraphError`` unless ``time_budget`` is None or a finite number of seconds >= 0."""
     if time_budget is not None and (isinstance(time_budget, bool) or
@@ -434,8 +373,8 @@ def find_path(terms: Sequence[str], output: str, sizes: dict,
     if not cache:
         steps, rec = search(terms, output, sizes, time_budget)
         return steps, dict(rec, cache="off")
-    key = network_key(terms, output, sizes)
-    kept = _cached(key, terms, output, sizes)
+    key = path_cache.network_key(terms, output, sizes)
+    kept = path_cache.cached(key, terms, output, sizes)
     if kept is not None:
         steps, entry = kept
         asked = time_budget if time_budget is not None else default_budget(steps)
@@ -456,24 +395,10 @@ def find_path(terms: Sequence[str], output: str, sizes: dict,
              "greedy": rec["greedy"], "greedy_combo": rec["greedy_combo"],
              "greedy_flops": rec["greedy_flops"],
              "combo": steps.combo}
-    _remember(key, steps, entry)
-    disk_cache.write_json(f"path_{key}.json", entry)
-    if _prune_due(disk_cache.configured_dir()):
-        disk_cache.prune("path_*.json", DISK_ENTRIES)
+    path_cache.store(key, steps, entry)
     return steps, dict(rec, cache="miss")
 
 
-def _prune_due(where: str) -> bool:
-    """Count an entry written to the cache directory ``where``: whether to prune it now (at
-    the first write in this process, then every ``PRUNE_EVERY`` writes: listing a directory
-    of thousands of entries at every search would cost more than many searches)."""
-    with _lock:
-        since = _UNPRUNED.get(where, PRUNE_EVERY)
-        _UNPRUNED[where] = 0 if since >= PRUNE_EVERY else since + 1
-        return since >= PRUNE_EVERY
-
-
-def clear_memo() -> None:
-    """Forget the paths kept in this process (the disk cache stays)."""
-    with _lock:
-        _MEMO.clear()
+# the cache's, for callers of this module
+clear_memo = path_cache.clear_memo
+network_key = path_cache.network_key

@@ -53,3 +53,16 @@ def pytest_collection_modifyitems(config, items):
 def rng() -> np.random.Generator:
     """A seeded NumPy generator (a fresh one per test)."""
     return np.random.default_rng(20240601)
+
+
+@pytest.fixture
+def cache_dir(tmp_path, monkeypatch):
+    """A fresh, private path cache for one test (nothing kept in this process either)."""
+    from graphopt import path_cache
+
+    d = tmp_path / "cache"
+    d.mkdir(mode=0o700)
+    monkeypatch.setenv("GRAPHOPT_CACHE_DIR", str(d))
+    path_cache.clear_memo()
+    yield d
+    path_cache.clear_memo()

@@ -1,0 +1,101 @@
+"""The contraction-path cache (graphopt/path_cache.py): kept in this process and on disk,
+shared by relabelled networks, found by a second process, pruned, and recovering from a
+corrupt entry; exercised through ``path_search.find_path``, which reads and writes it."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import warnings
+
+import pytest
+from opt_einsum.testing import rand_equation
+
+from graphopt import disk_cache, path_cache, path_search
+
+
+def network(n, seed):
+    """opt_einsum's random 3-regular network of ``n`` tensors: (terms, output, sizes)."""
+    eq, shapes = rand_equation(n, 3, seed=seed, d_min=2, d_max=5)
+    terms, output = eq.split("->")[0].split(","), eq.split("->")[1]
+    return terms, output, {c: s for t, sh in zip(terms, shapes) for c, s in zip(t, sh)}
+
+
+def test_second_search_is_a_cache_hit_in_this_process_and_on_disk(cache_dir):
+    terms, output, sizes = network(20, 1)
+    first, rec1 = path_search.find_path(terms, output, sizes)
+    second, rec2 = path_search.find_path(terms, output, sizes)
+    assert rec1["cache"] == "miss" and rec2["cache"] == "hit" and rec2["trials"] == 0
+    assert second.path == first.path
+    path_cache.clear_memo()
+    third, rec3 = path_search.find_path(terms, output, sizes)
+    assert rec3["cache"] == "hit" and third.path == first.path
+    files = list(cache_dir.glob("path_*.json"))
+    assert len(files) == 1
+    doc = json.loads(files[0].read_text())
+    assert doc["path"] == [list(p) for p in first.path]
+
+
+def test_the_disk_cache_is_pruned_at_the_first_write_then_every_so_many(cache_dir, monkeypatch):
+    monkeypatch.setattr(path_cache, "DISK_ENTRIES", 3)
+    monkeypatch.setattr(path_cache, "PRUNE_EVERY", 4)
+    monkeypatch.setattr(path_cache, "_UNPRUNED", {})
+    for i in range(3):     # older entries than the bound keeps, from another process
+        (cache_dir / f"path_old{i}.json").write_text("{}")
+        os.utime(cache_dir / f"path_old{i}.json", (1, 1))
+    counts = []
+    for seed in range(7):
+        terms, output, sizes = network(6, seed)
+        path_search.find_path(terms, output, sizes, time_budget=0)
+        counts.append(len(list(cache_dir.glob("path_*.json"))))
+    # the first write prunes to 3 (the oldest go first), the next four add to it, the
+    # sixth prunes again
+    assert counts == [3, 4, 5, 6, 7, 3, 4]
+    assert not list(cache_dir.glob("path_old*.json"))
+
+
+def test_relabelled_network_shares_the_entry(cache_dir):
+    terms, output, sizes = network(16, 2)
+    _, rec = path_search.find_path(terms, output, sizes)
+    rename = {c: chr(0x4E00 + i) for i, c in enumerate(sorted(sizes))}
+    t2 = ["".join(rename[c] for c in t) for t in terms]
+    s2 = {rename[c]: s for c, s in sizes.items()}
+    _, rec2 = path_search.find_path(t2, "".join(rename[c] for c in output), s2)
+    assert rec["cache"] == "miss" and rec2["cache"] == "hit"
+    # another size is another network
+    s3 = dict(sizes)
+    s3[terms[0][0]] += 1
+    _, rec3 = path_search.find_path(terms, output, s3)
+    assert rec3["cache"] == "miss"
+
+
+def test_a_second_process_finds_the_path_in_the_cache(cache_dir):
+    terms, output, sizes = network(20, 3)
+    path_search.find_path(terms, output, sizes)
+    code = ("import json, sys; from graphopt import path_search as p; "
+            "a = json.loads(sys.argv[1]); s, r = p.find_path(a[0], a[1], a[2]); "
+            "print(json.dumps([r['cache'], [list(x) for x in s.path]]))")
+    out = subprocess.run([sys.executable, "-c", code, json.dumps([terms, output, sizes])],
+                         capture_output=True, text=True, check=True,
+                         env=dict(os.environ, GRAPHOPT_CACHE_DIR=str(cache_dir)))
+    cache, path = json.loads(out.stdout)
+    kept = path_search.find_path(terms, output, sizes)[0]
+    assert cache == "hit" and path == [list(p) for p in kept.path]
+
+
+@pytest.mark.parametrize("garbage", ["{not json", json.dumps({"path": "x"}),
+                                     json.dumps({"path": [[0, 99]], "searcher": "greedy",
+                                                 "budget_seconds": 1.0})])
+def test_a_corrupt_or_wrong_entry_is_dropped_and_searched_again(garbage, cache_dir):
+    terms, output, sizes = network(14, 4)
+    key = path_cache.network_key(terms, output, sizes)
+    (cache_dir / f"path_{key}.json").write_text(garbage)
+    disk_cache._warned.clear()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        steps, rec = path_search.find_path(terms, output, sizes)
+    assert rec["cache"] == "miss" and steps.pairwise
+    doc = json.loads((cache_dir / f"path_{key}.json").read_text())
+    assert doc["path"] == [list(p) for p in steps.path]
