@@ -15,7 +15,8 @@ may run on (``os.sched_getaffinity``). Every plan call runs between ``enter_call
   the call's threads and threads each GEMM itself. Otherwise BLAS runs one thread: a large
   GEMM is split over the call's threads by graphopt (``backends/cpu_gemm.py``) and tiled
   blocks run in parallel (``run_parallel``), each part a single-threaded BLAS call on
-  graphopt's workers. The user's own BLAS setting is given back when no call is in flight.
+  graphopt's workers. The user's own BLAS setting is given back when no call is in flight
+  (``blas_limits`` keeps the counts; every change is made here, under this module's lock).
 
 Why graphopt splits GEMMs beside other parallel work instead of threading OpenBLAS:
 OpenBLAS's workers spin for about 0.1 s after every threaded call, and numba's OpenMP
@@ -37,15 +38,16 @@ import sys
 import threading
 import time
 
+from . import blas_limits
 from .errors import GraphError
 
 ENV_THREADS = "GRAPHOPT_NUM_THREADS"
 
 _local = threading.local()       # override (thread_budget), numba threads set here
 _lock = threading.Lock()         # guards the counters below and every BLAS limit change
+#                                    (``blas_limits``)
 _active_calls = 0
 _regions = 0
-_blas_threads: int | None = None     # what graphopt set BLAS to (None: the user's own)
 _blas_calls = 0                      # calls in flight that let BLAS thread their GEMMs
 _parallel_at = float("-inf")         # when a call with work on other threads last started
 # BLAS threads a GEMM-only call's GEMMs only where no call with numba loops or graphopt's
@@ -53,8 +55,6 @@ _parallel_at = float("-inf")         # when a call with work on other threads la
 # which made such plans called in turn with an MPS ring's 2.0-2.5x slower (measured:
 # elementwise 3.5 -> 8.9 ms, attention 8.4 -> 16.6, mlp 30 -> 59).
 BLAS_QUIET_SECONDS = 1.0
-_user_blas: list | None = None       # the user's BLAS thread counts while graphopt holds it
-_blas_libs = None                    # threadpoolctl controllers of the loaded BLAS libraries
 _pool = None
 _pool_size = 0
 
@@ -126,54 +126,6 @@ def budget_for(plan_threads: int | None, local: bool = True) -> tuple[int, str]:
 # ------------------------------------------------------------------------ BLAS and numba
 
 
-def _blas_controllers():
-    """threadpoolctl's controllers of the BLAS libraries loaded (lock held), listed once: a
-    listing costs 1-6 ms (threadpoolctl resolves the path of every loaded library), more
-    than a small plan call. graphopt calls no BLAS but NumPy's (``np.matmul``,
-    ``np.einsum``), loaded with NumPy before graphopt, so a BLAS another import brings later
-    (scipy's OpenBLAS, torch's MKL) never runs in a graphopt call and needs no limit."""
-    global _blas_libs
-    if _blas_libs is None:
-        from threadpoolctl import ThreadpoolController
-
-        _blas_libs = ThreadpoolController().select(user_api="blas").lib_controllers
-    return _blas_libs
-
-
-def _set_blas(n: int) -> None:
-    """BLAS threads process-wide (lock held), the user's own setting kept to be given back
-    when no call is in flight; nothing to do if graphopt already set ``n``."""
-    global _blas_threads, _user_blas
-    if _blas_threads == n:
-        return
-    libs = _blas_controllers()
-    if _user_blas is None:
-        _user_blas = [lib.get_num_threads() for lib in libs]
-    for lib in libs:
-        _set_lib_threads(lib, n)
-    _blas_threads = n
-
-
-def _set_lib_threads(lib, n: int) -> None:
-    """``lib.set_num_threads(n)`` from whichever thread graphopt runs on (lock held).
-    threadpoolctl lets only the first thread that limited a process-wide OpenBLAS limit it
-    again and silently ignores the others; graphopt's changes are serialized by its own
-    lock, so it hands control to the calling thread first."""
-    clear = getattr(lib, "clear_controlling_thread", None)
-    if clear is not None:
-        clear(force=True)
-    lib.set_num_threads(n)
-
-
-def _restore_user_blas() -> None:
-    """Give BLAS back the thread count the user had (lock held)."""
-    global _blas_threads, _user_blas
-    if _user_blas is not None:
-        for lib, n in zip(_blas_controllers(), _user_blas):
-            _set_lib_threads(lib, n)
-    _user_blas = _blas_threads = None
-
-
 def blas_for_gemm() -> bool:
     """Before a GEMM large enough for BLAS to thread: BLAS set for it. True where BLAS runs
     one thread (graphopt threads the GEMM itself, or it runs inside a parallel region):
@@ -185,15 +137,15 @@ def blas_for_gemm() -> bool:
     setting."""
     n = _local.__dict__.get("blas")
     if n:
-        if _blas_threads != n:
+        if blas_limits.set_to() != n:
             with _lock:
-                _set_blas(n)
+                blas_limits.set_threads(n)
         return False
-    if _blas_threads != 1 and _active_calls:
+    if blas_limits.set_to() != 1 and _active_calls:
         with _lock:
             if _blas_calls:
                 return False
-            _set_blas(1)
+            blas_limits.set_threads(1)
     return True
 
 
@@ -208,7 +160,7 @@ def blas_may_thread(kernels) -> bool:
 
 def blas_threads() -> int | None:
     """What graphopt set BLAS to for the calls in flight (``None``: the user's own)."""
-    return _blas_threads
+    return blas_limits.set_to()
 
 
 def set_numba_threads(n: int) -> int:
@@ -343,8 +295,8 @@ def exit_call() -> None:
         _active_calls -= 1
         if mine["depth"] == 1 and mine.pop("blas", None):
             _blas_calls -= 1
-        if _active_calls == 0 and _blas_threads is not None:
-            _restore_user_blas()
+        if _active_calls == 0 and blas_limits.set_to() is not None:
+            blas_limits.restore_user()
     mine["depth"] -= 1
     if mine["depth"] == 0:
         mine["call"] = None       # outside a call, kernels run on one thread
@@ -363,14 +315,14 @@ def parallel_region():
     with _lock:
         _regions += 1
         if not _blas_calls:     # (never under a call whose GEMMs BLAS threads)
-            _set_blas(1)
+            blas_limits.set_threads(1)
     try:
         yield
     finally:
         with _lock:
             _regions -= 1
-            if _regions == 0 and _active_calls == 0 and _blas_threads is not None:
-                _restore_user_blas()    # a region outside any plan call
+            if _regions == 0 and _active_calls == 0 and blas_limits.set_to() is not None:
+                blas_limits.restore_user()    # a region outside any plan call
 
 
 def _worker_pool(n: int):
@@ -442,9 +394,9 @@ def describe(plan_threads: int | None = None) -> dict:
     with _lock:
         blas = [f"{lib.internal_api} {lib.version} "
                 f"({getattr(lib, 'threading_layer', None) or 'threads'})"
-                for lib in _blas_controllers()]
+                for lib in blas_limits.controllers()]
     info = {"budget": n, "from": where, "machine": machine_threads(), "blas": blas,
-            "blas_threads": _blas_threads, "active_calls": _active_calls,
+            "blas_threads": blas_limits.set_to(), "active_calls": _active_calls,
             "blas_threaded_calls": _blas_calls}
     nb = sys.modules.get("numba")
     if nb is not None:

@@ -1,14 +1,13 @@
 """The thread budget (graphopt/threads.py): where it comes from, who gets the threads per
 step, parallel tiled blocks with one BLAS thread each, and calls from several user threads."""
 
-import sys
 import threading
 
 import numpy as np
 import pytest
 
 import graphopt as go
-from graphopt import threads, workloads
+from graphopt import blas_limits, threads, workloads
 
 
 def attention(seed=None):
@@ -50,7 +49,7 @@ class BlasRecorder:
         self.calls = []
         self._lock = threading.Lock()
         real = np.matmul
-        libs = threads._blas_controllers()
+        libs = blas_limits.controllers()
 
         def matmul(*a, **kw):
             rec = (threading.get_ident(), tuple(lib.get_num_threads() for lib in libs),
@@ -126,7 +125,7 @@ def run_in_threads(work, errors: list, n: int = 4) -> None:
 
 def user_blas_threads():
     """The thread count of each BLAS library graphopt limits."""
-    return {lib.filepath: lib.get_num_threads() for lib in threads._blas_controllers()}
+    return {lib.filepath: lib.get_num_threads() for lib in blas_limits.controllers()}
 
 
 def blas_given_back(before) -> bool:
@@ -217,36 +216,6 @@ def test_blas_may_thread_only_where_every_threaded_step_is_a_gemm():
     assert not threads.blas_may_thread([(True, True), (True, False)])
     assert not threads.blas_may_thread([(False, False)])       # nothing threaded
     assert not threads.blas_may_thread([])
-
-
-def test_blas_is_listed_once_whatever_is_imported_later(monkeypatch):
-    """A listing costs milliseconds, and graphopt calls no BLAS but NumPy's (loaded before
-    graphopt): a module imported later, extension or not, brings no new listing."""
-    import types
-
-    import threadpoolctl
-
-    first = threads._blas_controllers()
-    listed = []
-
-    class Counting(threadpoolctl.ThreadpoolController):
-        def __init__(self):
-            listed.append(1)
-            super().__init__()
-    monkeypatch.setattr(threadpoolctl, "ThreadpoolController", Counting)
-    for name, file in (("graphopt_test_pure", "/nowhere/graphopt_test_pure.py"),
-                       ("graphopt_test_ext", "/nowhere/graphopt_test_ext.cpython-311.so")):
-        mod = types.ModuleType(name)
-        mod.__file__ = file
-        monkeypatch.setitem(sys.modules, name, mod)
-        assert threads._blas_controllers() is first
-    g = _gemm_graph(False)
-    r = np.random.default_rng(0)
-    x, y = r.standard_normal((256, 128)), r.standard_normal((128, 512))
-    np.testing.assert_allclose(go.compile(g, threads=2)(a=x, b=y)["c"], x @ y, rtol=1e-12,
-                               atol=1e-12)
-    assert not listed and threads._blas_controllers() is first
-    assert any("blas" == lib.user_api for lib in first)   # NumPy's BLAS is among them
 
 
 @pytest.mark.parametrize("shape_a, shape_b, axis", [
