@@ -111,9 +111,10 @@ class RandomGreedyTrials:
 class HyperTrials:
     """cotengra's hyper-optimizer at its defaults, run in chunks (it keeps its sampler's
     state between them). Without a reconfiguration of each trial it runs more trials in
-    the budget: medians of four 1 s searches of benchmarks/networks.py's randreg, hyper
-    and lattice networks found 1.4x, 1.1x and 1.0x cheaper paths (combo), of three 3 s
-    searches of randreg, hyper and PEPS 1.1x, 1.05x and 1.0x."""
+    the budget: the medians of eight 1 s searches of benchmarks/networks.py's randreg and
+    hyper networks found 1.10x and 1.05x cheaper paths (combo; in half the searches of
+    either way no trial beat the path the counted steps had found), of three 3 s searches
+    of randreg, hyper and PEPS 1.1x, 1.05x and 1.0x."""
 
     name = "cotengra hyper-optimizer"
 
