@@ -31,7 +31,7 @@ import functools
 import math
 import threading
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Callable, NamedTuple, Sequence
 
 import numpy as np
 
@@ -57,14 +57,15 @@ OBJECT_BYTES_PER_OPERAND = 128
 UNSHARED_ARENA_BYTES = 1 << 17
 
 
-@dataclass(frozen=True)
-class ProgramStep:
+class ProgramStep(NamedTuple):
     """One step: the operands it takes (positions in the current operand list, which the
     result is appended to), its equation (ASCII labels), its result shape, its GEMM plan
     (None: ``np.einsum``), where its result lives in the program's arena (None: a new
     array, or the caller's ``out``), and the bytes it allocates beside the arena while it
     runs: ``scratch`` where its result goes to the arena or ``out``, ``scratch_new`` where
-    it is a new array (the last step without ``out``; the new result counted)."""
+    it is a new array (the last step without ``out``; the new result counted). A named
+    tuple: a network's program makes hundreds (0.24 against 0.81 us each as a frozen
+    dataclass)."""
 
     positions: tuple[int, ...]
     equation: str
@@ -127,15 +128,18 @@ class Program:
 def _plan_step(equation: str, in_shapes: tuple, blas: bool) -> tuple[str, tuple, GemmPlan | None]:
     """``(equation to run, result shape, GEMM plan or None)`` of one step."""
     terms, result = split(equation)
-    dims: dict = {}
+    size: dict = {}
+    uniform = True      # every label of one size throughout
     for t, s in zip(terms, in_shapes):
         for c, d in zip(t, s):
-            dims.setdefault(c, set()).add(d)
-    # a label of size 1 against a larger size broadcasts, as np.einsum does
-    size = {c: max(ds) if 0 not in ds else 0 for c, ds in dims.items()}
-    shape = tuple(size[c] for c in result)
+            e = size.setdefault(c, d)
+            if e != d:
+                # a label of size 1 against a larger size broadcasts, as np.einsum does
+                uniform = False
+                size[c] = 0 if 0 in (e, d) else max(e, d)
+    shape = tuple(map(size.__getitem__, result))
     plan = None
-    if blas and len(terms) == 2 and all(len(ds) == 1 for ds in dims.values()):
+    if blas and len(terms) == 2 and uniform:
         plan = gemm_plan(equation, in_shapes)
         if plan is not None and plan.bmkn[2] == 1:
             # nothing summed: an outer or broadcast product, which np.einsum writes 3x
@@ -192,14 +196,20 @@ def plan_program(terms: Sequence[str], output: str, path, shapes, dtype,
     played = play_path(terms, output, path)
     last = len(played) - 1
     for k, (inds, picked, result) in enumerate(played):
-        in_shapes = tuple([current[i] for i in inds])
-        in_strides = tuple([layout[i] for i in inds])
-        for i in reversed(inds):
-            if made_by[i] is not None:
-                intervals[made_by[i]] = (made_by[i], k)
-            current.pop(i)
-            layout.pop(i)
-            made_by.pop(i)
+        if len(inds) == 2:     # (nearly every step; play_path orders a pair's positions)
+            i, j = inds
+            in_shapes, in_strides = (current[i], current[j]), (layout[i], layout[j])
+            for m in (made_by[i], made_by[j]):
+                if m is not None:
+                    intervals[m] = (m, k)
+            del current[j], current[i], layout[j], layout[i], made_by[j], made_by[i]
+        else:
+            in_shapes = tuple([current[i] for i in inds])
+            in_strides = tuple([layout[i] for i in inds])
+            for i in reversed(inds):
+                if made_by[i] is not None:
+                    intervals[made_by[i]] = (made_by[i], k)
+                del current[i], layout[i], made_by[i]
         eq, shape, plan, held, res_strides = _planned_step(
             first_use_equation(picked, result), in_shapes, in_strides, blas, itemsize)
         nbytes = math.prod(shape) * itemsize
