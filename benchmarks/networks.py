@@ -170,7 +170,7 @@ def measure(name: str, budget: float) -> dict:
     import opt_einsum
 
     import graphopt as go
-    from graphopt import compiler, path_search, path_searchers
+    from graphopt import compiler, path_cache, path_search, path_searchers
     from graphopt.paths import label_sizes, play
 
     eq, arrays, tn = INSTANCES[name][1]()
@@ -193,7 +193,7 @@ def measure(name: str, budget: float) -> dict:
 
     with tempfile.TemporaryDirectory() as cache:     # an empty path and kernel cache
         os.environ["GRAPHOPT_CACHE_DIR"] = cache
-        path_search.clear_memo()
+        path_cache.clear_memo()
         g = go.Graph(name)
         ins = [g.input(f"t{i}", a.shape, str(a.dtype)) for i, a in enumerate(arrays)]
         g.output(go.einsum(eq, *ins))
@@ -207,7 +207,7 @@ def measure(name: str, budget: float) -> dict:
         group = plan.report["contraction"].details["groups"][0]
         search = group.get("search", {})
         run_s = _median_call(lambda: plan(*arrays))
-        path_search.clear_memo()   # as a second process: the path and kernels from disk
+        path_cache.clear_memo()   # as a second process: the path and kernels from disk
         compiler.clear_cache()
         gc.collect()
         t0 = time.perf_counter()

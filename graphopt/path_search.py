@@ -247,12 +247,17 @@ class _Search:
                 play + FIRST_TRIALS * RUST_TRIAL_SECONDS_PER_TENSOR * counted.n > room:
             return    # (the pairs need counting only where the batch may fit)
         seconds = play + FIRST_TRIALS * counted.rust_trial_seconds()
-        if seconds > room or not counted.pays_for(seconds):
-            return
-        counted.count(seconds)
-        self.keep(searchers.rust_random_greedy(self.terms, self.output, self.sizes,
-                                               FIRST_TRIALS, seed=self.rust_trials))
-        self.rust_trials += FIRST_TRIALS
+        if seconds <= room and counted.pays_for(seconds):
+            self._rust_batch(FIRST_TRIALS)
+
+    def _rust_batch(self, k: int) -> None:
+        """Count and run one batch of ``k`` cotengrust random-greedy trials (seeded by the
+        trials run before it, so a search repeats)."""
+        self.counted.count(RUST_PLAY_SECONDS_PER_TENSOR * self.counted.n +
+                           k * self.counted.rust_trial_seconds())
+        self.keep(searchers.rust_random_greedy(self.terms, self.output, self.sizes, k,
+                                               seed=self.rust_trials))
+        self.rust_trials += k
 
     def random_greedy(self) -> None:
         """Step 4: random-greedy trials within ``TRIAL_SHARE`` of the budget left when they
@@ -270,10 +275,7 @@ class _Search:
                     int((room() - per_batch) / counted.rust_trial_seconds()))
             if k < 1:
                 break
-            counted.count(per_batch + k * counted.rust_trial_seconds())
-            self.keep(searchers.rust_random_greedy(self.terms, self.output, self.sizes, k,
-                                                   seed=self.rust_trials))
-            self.rust_trials += k
+            self._rust_batch(k)
         while self.oe_trials < MIN_TRIALS and counted.pays_for_trial(room()):
             counted.count(counted.trial_seconds())
             self.oe_trial()
@@ -397,8 +399,3 @@ def find_path(terms: Sequence[str], output: str, sizes: dict,
              "combo": steps.combo}
     path_cache.store(key, steps, entry)
     return steps, dict(rec, cache="miss")
-
-
-# the cache's, for callers of this module
-clear_memo = path_cache.clear_memo
-network_key = path_cache.network_key

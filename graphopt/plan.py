@@ -82,9 +82,8 @@ class Plan(StepsIntrospection):
         # numba's threads are set per call only where a step may run numba code
         self._numba = any(s.kernel.impl not in threads.NO_NUMBA_IMPLS for s in steps)
         # BLAS may thread the GEMMs itself where they are the plan's only threaded work
-        kinds = [(s.kernel.uses_threads, s.kernel.blas_only_threads) for s in steps]
-        self.blas_threads_gemms = threads.blas_may_thread(kinds)
-        self._parallel = any(t and not b for t, b in kinds)
+        self.blas_threads_gemms, self._parallel = threads.thread_use(
+            (s.kernel.uses_threads, s.kernel.blas_only_threads) for s in steps)
         self._input_slots = tuple(input_slots)
         self._output_slots = tuple(output_slots)
         self._init_vals = list(init_vals)

@@ -10,7 +10,7 @@ may run on (``os.sched_getaffinity``). Every plan call runs between ``enter_call
   run at once (the others wait for a slot), so four user threads on two cores never start
   eight;
 - numba kernels get the call's share through ``numba.set_num_threads`` (per thread);
-- BLAS: where a plan's only threaded steps are GEMMs (``blas_may_thread``: contractions,
+- BLAS: where a plan's only threaded steps are GEMMs (``thread_use``: contractions,
   a tensor network along its path) and its call is the only one in flight, BLAS runs on
   the call's threads and threads each GEMM itself. Otherwise BLAS runs one thread: a large
   GEMM is split over the call's threads by graphopt (``backends/cpu_gemm.py``) and tiled
@@ -149,13 +149,14 @@ def blas_for_gemm() -> bool:
     return True
 
 
-def blas_may_thread(kernels) -> bool:
-    """Whether BLAS may thread a plan's GEMMs itself: ``kernels`` lists per step
-    ``(uses_threads, blas_only_threads)``; some step is threaded and every threaded step's
-    threads are its GEMMs' alone (no numba parallel loop, no blocks or slices on graphopt's
-    workers)."""
+def thread_use(kernels) -> tuple[bool, bool]:
+    """How a plan's steps use the call's threads, from per step ``(uses_threads,
+    blas_only_threads)``: ``(blas, parallel)``. ``parallel``: some step runs numba loops
+    or blocks or slices on graphopt's workers; ``blas``: some step is threaded and none is
+    parallel, so BLAS may thread the GEMMs itself (``enter_call``)."""
     kernels = list(kernels)
-    return any(t for t, _ in kernels) and all(b for t, b in kernels if t)
+    parallel = any(t and not b for t, b in kernels)
+    return any(t for t, _ in kernels) and not parallel, parallel
 
 
 def blas_threads() -> int | None:
@@ -259,7 +260,7 @@ def enter_call(plan_threads: int | None, numba: bool = True, blas: bool = False,
     """A plan call starts in this thread (waiting for a slot while the process budget's
     worth of calls run): returns the threads it may use, ``budget // calls in flight``
     (numba set to them for this thread where the plan runs ``numba`` code). With ``blas``
-    (the plan's threaded steps are all GEMMs: ``blas_may_thread``), a call alone in flight
+    (the plan's threaded steps are all GEMMs: ``thread_use``), a call alone in flight
     with more than one thread sets BLAS to them and lets it thread each GEMM itself, unless
     a call with ``parallel`` work (numba loops or graphopt's workers on the call's threads)
     started in the last ``BLAS_QUIET_SECONDS``. A call made inside a call (same thread)

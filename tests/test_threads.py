@@ -213,10 +213,10 @@ def test_blas_threads_gemms_only_once_no_parallel_call_started_for_a_while(monke
 
 
 def test_blas_may_thread_only_where_every_threaded_step_is_a_gemm():
-    assert threads.blas_may_thread([(True, True), (False, False)])
-    assert not threads.blas_may_thread([(True, True), (True, False)])
-    assert not threads.blas_may_thread([(False, False)])       # nothing threaded
-    assert not threads.blas_may_thread([])
+    assert threads.thread_use([(True, True), (False, False)]) == (True, False)
+    assert threads.thread_use([(True, True), (True, False)]) == (False, True)
+    assert threads.thread_use([(False, False)]) == (False, False)     # nothing threaded
+    assert threads.thread_use([]) == (False, False)
 
 
 @pytest.mark.parametrize("shape_a, shape_b, axis", [
