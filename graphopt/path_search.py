@@ -16,19 +16,22 @@ budget pays for, is decided here:
    pays for, smallest first (a deterministic local search: at subtree size 4, 2-15x less
    combo cost than the greedy start on the lattice, PEPS and MPO networks of
    benchmarks/networks.py, in 6-17 ms);
-4. random-greedy trials within ``TRIAL_SHARE`` of the budget: cotengrust's in batches, then
-   opt_einsum's (without cotengrust, these alone);
-5. the reconfiguration again, of a better path the trials found;
-6. by the clock: where the budget is at least ``HYPER_MIN_SECONDS``, cotengra's
-   hyper-optimizer at its defaults, until the budget is spent; under
-   a smaller budget that the user set, or without cotengra, more of opt_einsum's trials.
+4. random-greedy trials within ``TRIAL_SHARE`` of the budget: cotengrust's in batches
+   (without cotengrust, opt_einsum's);
+5. the reconfiguration of the trials' other cheapest paths (``RECONF_STARTS``): it ranks
+   paths differently from their own costs;
+6. the reconfiguration again, of a better path steps 4 and 5 found;
+7. by the clock: where the budget is at least ``HYPER_MIN_SECONDS``, cotengra's
+   hyper-optimizer over its partitioning methods (``path_searchers.HyperTrials``), each
+   trial that becomes the best reconfigured, until the budget is spent; under a smaller
+   budget that the user set, or without cotengra, more of opt_einsum's trials.
 
 The budget: ``time_budget`` seconds where given (``compile(..., path_time=)``); by default
 ``SEARCH_FRACTION`` of the estimated run time of the best path found so far (its combo cost
 at ``COMBO_RATE``), at most ``DEFAULT_MAX_SECONDS``: a search costs at most about what the
 run it shortens is estimated to cost (the rent-or-buy bound); a network that
 runs in a millisecond is ordered in well under one, an expensive one gets seconds. Steps
-1-5 are counted, not timed (``SearchSteps``, each step's assumed cost from the constants
+1-6 are counted, not timed (``SearchSteps``, each step's assumed cost from the constants
 below): a step runs only where what was counted so far plus its own assumed cost is within
 the budget of the best path found so far, so a small network's path does not depend on the
 machine's speed, and a path that runs in ten milliseconds is not refined for sixty. A trial
@@ -42,7 +45,6 @@ entry, or one whose path does not fit the network, is dropped and searched again
 
 from __future__ import annotations
 
-import functools
 import logging
 import time
 from typing import Sequence
@@ -51,118 +53,30 @@ from . import path_cache, progress
 from . import path_searchers as searchers
 from .errors import GraphError
 from .paths import Steps, play
+from .search_budget import (
+    FAST_GREEDY_COSTMODS,
+    FAST_GREEDY_SECONDS_PER_TENSOR,
+    FIRST_TRIALS,
+    FIRST_TRIALS_SHARE,
+    HYPER_CHUNK_SECONDS,
+    HYPER_MIN_SECONDS,
+    MIN_TRIALS,
+    RECONF_SECONDS_PER_TENSOR,
+    RECONF_STARTS,
+    RUST_BATCH,
+    RUST_MAX_TRIALS,
+    RUST_PLAY_SECONDS_PER_TENSOR,
+    RUST_TRIAL_SECONDS_PER_TENSOR,
+    STARTS_SUBTREE,
+    TRIAL_SHARE,
+    SearchSteps,
+    check_time_budget,
+    default_budget,
+    estimated_seconds,
+)
 
 _log = logging.getLogger(__name__)
 SLOW_SECONDS = 1.0         # a search this long is logged at INFO (else DEBUG)
-SEARCH_FRACTION = 1.0
-DEFAULT_MAX_SECONDS = 20.0
-# combo cost per second assumed when sizing the default budget: conservative (the
-# GEMM-bound networks of benchmarks/networks.py ran at 1.1-6.5e10 a second on one 2024
-# server core, complex ones at the low end; a 4e10 rate cut the search short of the
-# reconfiguration that halves the hyper-index network's run time), so the default budget is
-# up to a few times a path's actual run time
-COMBO_RATE = 1e10
-HYPER_MIN_SECONDS = 0.5    # below this budget, cotengra's trials are not worth starting
-HYPER_CHUNK_SECONDS = 0.25  # cotengra runs this long between checks of the budget
-TRIAL_SHARE = 0.5          # of the budget, for the counted random-greedy trials: the rest
-                           # pays for reconfiguring what they find
-MIN_TRIALS = 8             # opt_einsum random-greedy trials run before the clock, where paid
-# one opt_einsum greedy or random-greedy trial's assumed cost, scored: per tensor and per
-# pair of tensors that share a label (opt_einsum weighs every such pair; a hyper index
-# shared by k tensors makes k(k-1)/2). Measured on nine networks of 50-200 tensors and
-# 105-1679 pairs, a 2024 server core: 2.7-20 ms, within 20 % of this.
-TRIAL_SECONDS_PER_TENSOR = 3e-5
-TRIAL_SECONDS_PER_PAIR = 1.3e-5
-# cotengra's subtree reconfiguration's assumed cost per tensor, by subtree size (the median
-# of those nine networks: 0.12-0.2, 0.2-0.3 and 0.24-1.6 ms a tensor)
-RECONF_SECONDS_PER_TENSOR = {8: 6e-4, 6: 2.5e-4, 4: 1.6e-4}
-# cotengrust's greedy: its weights of the size added against the sizes removed
-# (``size_ab / costmod - (size_a + size_b) * costmod``). Of 0.1-4 on the nine networks of
-# benchmarks/networks.py, the better of 0.5 and 2.0 was within 1.8x of opt_einsum's greedy
-# combo cost on eight (0.002-0.87x on three) and 3.5x on the hyper-index one, where 1.0
-# alone was 1.6-9.4x worse on five; 0.5 alone was 42x worse on the PEPS norm, 2.0 alone
-# 1e11x worse on the MPS. Its assumed cost per tensor (measured 0.5-3 us at 0.5, up to 10
-# at 2.0 where its path is that bad). The first costmod runs always, the others where the
-# budget also pays for opt_einsum's greedy (a network that runs for milliseconds or more).
-FAST_GREEDY_COSTMODS = (0.5, 2.0)
-FAST_GREEDY_SECONDS_PER_TENSOR = 3e-6
-# cotengrust's random-greedy trials, run in batches of at most ``RUST_BATCH`` (each batch
-# keeps its path of fewest FLOPs, which is then played and scored by combo cost): assumed
-# per tensor and per sharing pair a trial (measured 0.5-3.8 us a tensor on 24-200 tensors,
-# the most with hyper indices), plus a batch's played path per tensor (1-6 us)
-RUST_TRIAL_SECONDS_PER_TENSOR = 1.5e-6
-RUST_TRIAL_SECONDS_PER_PAIR = 1e-7
-RUST_PLAY_SECONDS_PER_TENSOR = 6e-6
-RUST_BATCH = 16
-RUST_MAX_TRIALS = 1024
-# Before the first reconfiguration, one batch of this many cotengrust trials where it costs
-# at most ``FIRST_TRIALS_SHARE`` of the budget: a start the reconfiguration refines further
-# than the greedy one on grid-like networks (the 10x10 lattice of benchmarks/networks.py:
-# search 20.9 -> 12.0 ms, run 4.3 -> 2.5 ms), within a few percent of the budget elsewhere.
-FIRST_TRIALS = 8
-FIRST_TRIALS_SHARE = 0.1
-
-
-
-def estimated_seconds(steps: Steps) -> float:
-    """Run time of ``steps`` the budget rule assumes: its combo cost at ``COMBO_RATE``."""
-    return steps.combo / COMBO_RATE
-
-
-def default_budget(steps: Steps) -> float:
-    """Seconds of search a path of ``steps`` is worth by default (see the module docstring)."""
-    return min(DEFAULT_MAX_SECONDS, SEARCH_FRACTION * estimated_seconds(steps))
-
-
-def sharing_pairs(terms: Sequence[str]) -> int:
-    """How many pairs of terms share at least one label."""
-    holders: dict = {}
-    for i, t in enumerate(terms):
-        for c in set(t):
-            holders.setdefault(c, []).append(i)
-    return len({(a, b) for ts in holders.values() if len(ts) > 1
-                for k, a in enumerate(ts) for b in ts[k + 1:]})
-
-
-class SearchSteps:
-    """The assumed seconds of the counted search steps run so far (see the module
-    docstring): a step runs where they plus its own fit the budget of the best path."""
-
-    def __init__(self, terms: Sequence[str], budget):
-        self.n, self.budget, self.counted = max(1, len(terms)), budget, 0.0
-        self._terms = terms
-
-    @functools.cached_property
-    def pairs(self) -> int:
-        """``sharing_pairs`` of the terms (counted where a trial's cost is first asked: a
-        network whose budget pays for nothing never needs it)."""
-        return sharing_pairs(self._terms)
-
-    def trial_seconds(self) -> float:
-        """One opt_einsum greedy or random-greedy trial's assumed cost."""
-        return TRIAL_SECONDS_PER_TENSOR * self.n + TRIAL_SECONDS_PER_PAIR * self.pairs
-
-    def rust_trial_seconds(self) -> float:
-        """One cotengrust random-greedy trial's assumed cost (its batch's play aside)."""
-        return RUST_TRIAL_SECONDS_PER_TENSOR * self.n + RUST_TRIAL_SECONDS_PER_PAIR * self.pairs
-
-    def left(self) -> float:
-        """Seconds of the budget not yet counted."""
-        return self.budget() - self.counted
-
-    def pays_for(self, seconds: float) -> bool:
-        return seconds <= self.left()
-
-    def pays_for_trial(self, room: float | None = None) -> bool:
-        """Whether ``room`` (default: the budget left) pays for one opt_einsum trial (its
-        per-tensor part first: the pairs need counting only where that fits)."""
-        room = self.left() if room is None else room
-        return TRIAL_SECONDS_PER_TENSOR * self.n <= room and self.trial_seconds() <= room
-
-    def count(self, seconds: float) -> None:
-        self.counted += seconds
-
-
 class _Search:
     """One search's state (see the module docstring for its steps): the best path so far,
     the start it came from, the counted seconds and what ran."""
@@ -174,7 +88,9 @@ class _Search:
         self.greedy = "greedy"         # the start's name
         self.counted = SearchSteps(terms, self.budget)
         self.cotengra = searchers.cotengra_available()
-        self.reconfigured: list = []   # (path, subtree size) of each reconfiguration run
+        # (path, subtree size, whether step 5's) of each reconfiguration run
+        self.reconfigured: list = []
+        self.trial_paths: dict = {}    # path -> its Steps, of every trial's path kept
         self.rust_trials = self.hyper_trials = 0
         self._oe_trials = None         # opt_einsum's RandomGreedyTrials, made on first use
 
@@ -185,18 +101,23 @@ class _Search:
     def elapsed(self) -> float:
         return time.perf_counter() - self.t0
 
-    def keep(self, path) -> None:
+    def keep(self, path, trial: bool = False) -> bool:
         """Keep ``path`` (a path or its ``Steps``; None: a searcher found none) where it is
-        cheaper than the best so far."""
+        cheaper than the best so far; whether it was. ``trial``: a random trial's path,
+        also a start for ``reconfigure_starts``."""
         if path is None:
-            return
+            return False
         try:
             s = path if isinstance(path, Steps) else \
                 play(self.terms, self.output, self.sizes, path)
         except GraphError:    # a trial that did not produce a full path
-            return
+            return False
+        if trial:
+            self.trial_paths.setdefault(tuple(s.path), s)
         if s.combo < self.best.combo:
             self.best = s
+            return True
+        return False
 
     def start(self) -> None:
         """Step 1: the cheapest greedy path the budget pays for."""
@@ -225,17 +146,38 @@ class _Search:
                     rust_greedy(costmod)
 
     def reconfigure(self) -> None:
-        """Steps 3 and 5: cotengra's reconfiguration of the best path at each subtree size
+        """Steps 3 and 6: cotengra's reconfiguration of the best path at each subtree size
         the budget pays for, smallest first."""
         for size, rate in sorted(RECONF_SECONDS_PER_TENSOR.items()) if self.cotengra else ():
             seconds = rate * self.counted.n
-            if (self.best.path, size) in self.reconfigured or \
-                    not self.counted.pays_for(seconds):
+            if self.was_reconfigured(self.best, size) or not self.counted.pays_for(seconds):
                 continue
             self.counted.count(seconds)
-            self.reconfigured.append((self.best.path, size))
-            self.keep(searchers.reconfigured(self.terms, self.output, self.sizes, self.best,
-                                             size))
+            self._reconfigure(self.best, size)
+
+    def was_reconfigured(self, steps: Steps, size: int) -> bool:
+        return any(p == steps.path and k == size for p, k, _ in self.reconfigured)
+
+    def _reconfigure(self, steps: Steps, size: int, start: bool = False) -> bool:
+        """Keep ``steps`` reconfigured at subtree ``size`` (``start``: in step 5); whether
+        it became the best."""
+        self.reconfigured.append((steps.path, size, start))
+        return self.keep(searchers.reconfigured(self.terms, self.output, self.sizes, steps,
+                                                size))
+
+    def reconfigure_starts(self) -> None:
+        """Step 5: the reconfiguration, at subtree size ``STARTS_SUBTREE``, of up to
+        ``RECONF_STARTS`` of the cheapest other paths the trials found, where the budget
+        pays: it ranks paths differently from their own costs, so another start may end
+        cheaper than the best one."""
+        seconds = RECONF_SECONDS_PER_TENSOR[STARTS_SUBTREE] * self.counted.n
+        starts = sorted(self.trial_paths.values(), key=lambda s: s.combo)
+        done = [p for p, _, _ in self.reconfigured]
+        for s in [s for s in starts if s.path not in done][:RECONF_STARTS] * self.cotengra:
+            if not self.counted.pays_for(seconds):
+                return
+            self.counted.count(seconds)
+            self._reconfigure(s, STARTS_SUBTREE, start=True)
 
     def first_trials(self) -> None:
         """Step 2: one batch of ``FIRST_TRIALS`` cotengrust random-greedy trials, where it
@@ -256,7 +198,7 @@ class _Search:
         self.counted.count(RUST_PLAY_SECONDS_PER_TENSOR * self.counted.n +
                            k * self.counted.rust_trial_seconds())
         self.keep(searchers.rust_random_greedy(self.terms, self.output, self.sizes, k,
-                                               seed=self.rust_trials))
+                                               seed=self.rust_trials), trial=True)
         self.rust_trials += k
 
     def random_greedy(self) -> None:
@@ -276,7 +218,10 @@ class _Search:
             if k < 1:
                 break
             self._rust_batch(k)
-        while self.oe_trials < MIN_TRIALS and counted.pays_for_trial(room()):
+        # opt_einsum's trials are the same kind, a hundred times slower: only without
+        # cotengrust's (or where those found nothing)
+        oe = searchers.cotengrust() is None or not self.trial_paths
+        while oe and self.oe_trials < MIN_TRIALS and counted.pays_for_trial(room()):
             counted.count(counted.trial_seconds())
             self.oe_trial()
 
@@ -287,12 +232,14 @@ class _Search:
     def oe_trial(self) -> None:
         if self._oe_trials is None:
             self._oe_trials = searchers.RandomGreedyTrials(self.terms, self.output, self.sizes)
-        self.keep(self._oe_trials.trial())
+        self.keep(self._oe_trials.trial(), trial=True)
 
     def by_the_clock(self) -> None:
-        """Step 6: the hyper-optimizer until the budget is spent, where it is worth it;
-        else, where the user set the budget or nothing else improves the path, more of
-        opt_einsum's trials."""
+        """Step 7: the hyper-optimizer until the budget is spent, where it is worth it (a
+        trial's path that becomes the best is reconfigured at the sizes from
+        ``STARTS_SUBTREE`` up whose assumed cost the time left pays for); else, where the
+        user set the budget or nothing else improves the path, more of opt_einsum's
+        trials."""
         def hyper():
             return self.cotengra and self.budget() >= HYPER_MIN_SECONDS
 
@@ -302,18 +249,28 @@ class _Search:
         if hyper() and self.elapsed() < self.budget():
             trials = searchers.HyperTrials(self.terms, self.output, self.sizes)
             while self.elapsed() < self.budget():
-                self.keep(trials.trial(min(HYPER_CHUNK_SECONDS,
-                                           self.budget() - self.elapsed())))
+                if not self.keep(trials.trial(min(HYPER_CHUNK_SECONDS,
+                                                  self.budget() - self.elapsed()))):
+                    continue
+                for size, rate in sorted(RECONF_SECONDS_PER_TENSOR.items()):
+                    if size >= STARTS_SUBTREE and not self.was_reconfigured(self.best, size) \
+                            and rate * self.counted.n <= self.budget() - self.elapsed():
+                        self._reconfigure(self.best, size)
             self.hyper_trials = trials.trials
 
     def searcher(self) -> str:
-        """What ran, e.g. "cotengrust random-greedy, subtree reconfiguration (4, 6)"."""
+        """What ran, e.g. "cotengrust random-greedy, subtree reconfiguration (4, 6, 8, 8)
+        and of 8 other trial paths"."""
         stages = ["cotengrust random-greedy"] * bool(self.rust_trials) + \
             [searchers.RandomGreedyTrials.name] * bool(self.oe_trials)
         name = " + ".join(stages) or self.greedy
-        if self.reconfigured:
-            name += ", subtree reconfiguration (" + \
-                ", ".join(str(k) for _, k in self.reconfigured) + ")"
+        sizes = [str(k) for _, k, start in self.reconfigured if not start]
+        starts = sum(start for _, _, start in self.reconfigured)
+        if sizes:
+            name += ", subtree reconfiguration (" + ", ".join(sizes) + ")"
+        if starts:
+            name += f"{' and' if sizes else ', subtree reconfiguration'} of {starts} " \
+                    "other trial paths"
         if self.hyper_trials:
             name += f", then {searchers.HyperTrials.name}"
         return name
@@ -345,6 +302,7 @@ def search(terms, output, sizes, time_budget: float | None, start: Steps | None 
         run.first_trials()
         run.reconfigure()
         run.random_greedy()
+        run.reconfigure_starts()
         run.reconfigure()
         run.by_the_clock()
     rec = run.record()
@@ -355,12 +313,6 @@ def search(terms, output, sizes, time_budget: float | None, start: Steps | None 
     return run.best, rec
 
 
-def check_time_budget(time_budget) -> None:
-    """``GraphError`` unless ``time_budget`` is None or a finite number of seconds >= 0."""
-    if time_budget is not None and (isinstance(time_budget, bool) or
-                                    not isinstance(time_budget, (int, float)) or
-                                    not 0 <= time_budget < float("inf")):
-        raise GraphError(f"path_time must be a finite number of seconds >= 0, got {time_budget!r}")
 
 
 def find_path(terms: Sequence[str], output: str, sizes: dict,

@@ -13,7 +13,13 @@ import functools
 import warnings
 
 from .errors import GraphError
-from .paths import Steps, play
+from .paths import COMBO_WRITE_WEIGHT, Steps, play
+
+# cotengra counts a multiply-add as one FLOP where opt_einsum and graphopt count two, so our
+# combo cost (``Steps.combo``: FLOPs plus 64 per element written) is twice its "combo-32":
+# the objective its reconfiguration and hyper-optimizer are given. (Its own "combo" weighs
+# a written element as 128 of our FLOPs: reconfiguring by it made paths dearer by ours.)
+COTENGRA_MINIMIZE = f"combo-{COMBO_WRITE_WEIGHT // 2}"
 
 
 def numbered_labels(terms, output) -> dict:
@@ -109,12 +115,13 @@ class RandomGreedyTrials:
 
 
 class HyperTrials:
-    """cotengra's hyper-optimizer at its defaults, run in chunks (it keeps its sampler's
-    state between them). Without a reconfiguration of each trial it runs more trials in
-    the budget: the medians of eight 1 s searches of benchmarks/networks.py's randreg and
-    hyper networks found 1.10x and 1.05x cheaper paths (combo; in half the searches of
-    either way no trial beat the path the counted steps had found), of three 3 s searches
-    of randreg, hyper and PEPS 1.1x, 1.05x and 1.0x."""
+    """cotengra's hyper-optimizer over its partitioning methods (kahypar where installed,
+    else its 'labels'), without reconfiguring each trial, run in chunks (it keeps its
+    sampler's state between them). The search's own steps already sample greedy paths and
+    reconfigure them (and it reconfigures a trial that becomes its best): on the randreg
+    network of benchmarks/networks.py a kahypar trial took 33 ms unrefined and 100 ms
+    refined, and 61 % against 39 % of them beat the best path the counted steps had found
+    (135 and 49 trials of 5 s searches)."""
 
     name = "cotengra hyper-optimizer"
 
@@ -122,9 +129,12 @@ class HyperTrials:
         import cotengra
         with warnings.catch_warnings():   # "kahypar not found: using 'labels'" and the like
             warnings.simplefilter("ignore")
-            self._opt = cotengra.HyperOptimizer(max_repeats=10**9, minimize="combo",
-                                                parallel=False,
-                                                progbar=False, on_trial_error="ignore")
+            from cotengra.hyperoptimizers.hyper import get_default_hq_methods
+            methods = [m for m in get_default_hq_methods() if m != "greedy"] or None
+            self._opt = cotengra.HyperOptimizer(methods=methods, max_repeats=10**9,
+                                                minimize=COTENGRA_MINIMIZE, reconf_opts=None,
+                                                parallel=False, progbar=False,
+                                                on_trial_error="ignore")
         self._args = ([tuple(t) for t in terms], tuple(output), dict(sizes))
 
     def trial(self, seconds: float) -> list[tuple[int, ...]]:
@@ -149,7 +159,7 @@ def reconfigured(terms, output, sizes, steps: Steps, subtree_size: int = 8) -> S
         warnings.simplefilter("ignore")
         tree = cotengra.ContractionTree.from_path([tuple(t) for t in terms], tuple(output),
                                                   dict(sizes), path=steps.path)
-        tree.subtree_reconfigure_(minimize="combo", subtree_size=subtree_size)
+        tree.subtree_reconfigure_(minimize=COTENGRA_MINIMIZE, subtree_size=subtree_size)
         try:
             return play(terms, output, sizes, tree.get_path())
         except GraphError:

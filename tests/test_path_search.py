@@ -4,6 +4,7 @@ cotengra's generators; its cache is tests/test_path_cache.py's."""
 from __future__ import annotations
 
 import re
+import time
 
 import numpy as np
 import opt_einsum
@@ -11,9 +12,9 @@ import pytest
 from opt_einsum.testing import rand_equation
 
 import graphopt as go
-from graphopt import path_search, path_searchers
+from graphopt import path_search, path_searchers, search_budget
 from graphopt.errors import GraphError
-from graphopt.paths import play
+from graphopt.paths import left_to_right, play
 
 
 def network(n, seed, reg=3):
@@ -54,15 +55,15 @@ def test_anytime_path_is_valid_and_no_worse_than_greedy(seed, cache_dir):
 
 
 def test_counted_steps_are_what_the_budget_pays_for():
-    per_trial = path_search.TRIAL_SECONDS_PER_TENSOR * 100
+    per_trial = search_budget.TRIAL_SECONDS_PER_TENSOR * 100
     budget = [per_trial * 3]
-    counted = path_search.SearchSteps([chr(0x4E00 + i) for i in range(100)], lambda: budget[0])
+    counted = search_budget.SearchSteps([chr(0x4E00 + i) for i in range(100)], lambda: budget[0])
     assert counted.pays_for(per_trial * 3) and not counted.pays_for(per_trial * 3.01)
     counted.count(per_trial * 2)
     assert counted.pays_for(per_trial) and not counted.pays_for(per_trial * 1.01)
     assert counted.left() == pytest.approx(per_trial)
     budget[0] = 1e3                         # the budget follows the best path found so far
-    assert counted.pays_for(path_search.RECONF_SECONDS_PER_TENSOR[8] * 100)
+    assert counted.pays_for(search_budget.RECONF_SECONDS_PER_TENSOR[8] * 100)
 
 
 @pytest.mark.parametrize("searchers", ["cotengra", "opt_einsum"])
@@ -82,15 +83,15 @@ def test_the_search_stops_where_the_budget_of_the_best_path_no_longer_pays(
         monkeypatch.setattr(path_searchers, "cotengrust", lambda: None)
     elif not path_searchers.cotengra_available():
         pytest.skip("cotengra is not installed")
-    per_trial = path_search.SearchSteps(terms, None).trial_seconds()
-    assert path_search.default_budget(written) > per_trial * (path_search.MIN_TRIALS + 1)
+    per_trial = search_budget.SearchSteps(terms, None).trial_seconds()
+    assert search_budget.default_budget(written) > per_trial * (search_budget.MIN_TRIALS + 1)
     steps, rec = path_search.search(terms, output, sizes, None)
     assert steps.combo < written.combo / 1e3
     if searchers == "opt_einsum":
-        assert 1 <= rec["trials"] < path_search.MIN_TRIALS
+        assert 1 <= rec["trials"] < search_budget.MIN_TRIALS
         assert rec["searcher"] == "opt_einsum random-greedy"
     else:     # the first batch of cotengrust's trials was enough: nothing ran after it
-        assert rec["trials"] == path_search.FIRST_TRIALS
+        assert rec["trials"] == search_budget.FIRST_TRIALS
         assert rec["searcher"] == "cotengrust random-greedy"
 
 
@@ -108,9 +109,9 @@ def test_the_reconfiguration_runs_at_each_size_the_budget_pays_for_smallest_firs
 
     monkeypatch.setattr(path_searchers, "reconfigured", spy)
     monkeypatch.setattr(path_searchers, "cotengrust", lambda: None)   # start: oe greedy
-    rates = path_search.RECONF_SECONDS_PER_TENSOR
+    rates = search_budget.RECONF_SECONDS_PER_TENSOR
     n = len(terms)
-    start = path_search.SearchSteps(terms, None).trial_seconds()
+    start = search_budget.SearchSteps(terms, None).trial_seconds()
     for extra, sizes_run in ((rates[4] * n * 0.99, []), (rates[4] * n * 1.01, [4]),
                              ((rates[4] + rates[6] + rates[8]) * n * 1.01, [4, 6, 8])):
         ran.clear()
@@ -139,24 +140,66 @@ def test_a_first_batch_of_trials_runs_before_the_reconfiguration_where_it_is_che
         return real_reconf(terms, output, sizes, steps, size)
     monkeypatch.setattr(path_searchers, "rust_random_greedy", trials)
     monkeypatch.setattr(path_searchers, "reconfigured", reconf)
-    counted = path_search.SearchSteps(terms, None)
-    batch = path_search.RUST_PLAY_SECONDS_PER_TENSOR * counted.n + \
-        path_search.FIRST_TRIALS * counted.rust_trial_seconds()
-    start = path_search.FAST_GREEDY_SECONDS_PER_TENSOR * counted.n
-    reconf4 = path_search.RECONF_SECONDS_PER_TENSOR[4] * counted.n
+    counted = search_budget.SearchSteps(terms, None)
+    batch = search_budget.RUST_PLAY_SECONDS_PER_TENSOR * counted.n + \
+        search_budget.FIRST_TRIALS * counted.rust_trial_seconds()
+    start = search_budget.FAST_GREEDY_SECONDS_PER_TENSOR * counted.n
+    reconf4 = search_budget.RECONF_SECONDS_PER_TENSOR[4] * counted.n
     # a budget of which the batch is a tenth or less, that pays for every start and the
     # reconfiguration after it: the batch, then the reconfiguration
-    budget = 2 * max(batch / path_search.FIRST_TRIALS_SHARE,
+    budget = 2 * max(batch / search_budget.FIRST_TRIALS_SHARE,
                      counted.trial_seconds() + 2 * start + batch + reconf4)
     path_search.search(terms, output, sizes, budget)
-    assert ran[:2] == [("trials", path_search.FIRST_TRIALS, 0), ("reconfiguration", 4)]
+    assert ran[:2] == [("trials", search_budget.FIRST_TRIALS, 0), ("reconfiguration", 4)]
     # a budget of which the batch would be more than a tenth: no batch first (the later
     # steps, which may run trials of their own, left out)
     ran.clear()
     for later in ("random_greedy", "by_the_clock"):
         monkeypatch.setattr(path_search._Search, later, lambda self: None)
-    path_search.search(terms, output, sizes, (batch / path_search.FIRST_TRIALS_SHARE) * 0.99)
+    path_search.search(terms, output, sizes, (batch / search_budget.FIRST_TRIALS_SHARE) * 0.99)
     assert all(r[0] == "reconfiguration" for r in ran)
+
+
+def test_the_trials_other_cheapest_paths_are_reconfigured_where_the_budget_pays(
+        cache_dir, monkeypatch):
+    """Step 5: up to ``RECONF_STARTS`` of the trials' cheapest paths not reconfigured yet,
+    each at ``STARTS_SUBTREE``, cheapest first, where the counted budget pays; opt_einsum's
+    trials do not run after cotengrust's."""
+    if path_searchers.cotengrust() is None or not path_searchers.cotengra_available():
+        pytest.skip("cotengrust and cotengra are not installed")
+    _, terms, output, sizes, _ = network(30, 3)
+    k, size = search_budget.RECONF_STARTS, search_budget.STARTS_SUBTREE
+    run = path_search._Search(terms, output, sizes, 0.3)
+    trial_paths = []
+    real_batch = path_searchers.rust_random_greedy
+    monkeypatch.setattr(path_searchers, "rust_random_greedy",
+                        lambda *a, **kw: trial_paths.append(real_batch(*a, **kw)) or
+                        trial_paths[-1])
+    run.start()
+    run.first_trials()
+    run.reconfigure()
+    run.random_greedy()
+    assert run.rust_trials > search_budget.FIRST_TRIALS and run.oe_trials == 0
+    assert set(run.trial_paths) == {tuple(p) for p in trial_paths}
+    done = [p for p, _, _ in run.reconfigured]
+    expected = sorted((s for s in run.trial_paths.values() if s.path not in done),
+                      key=lambda s: s.combo)[:k]
+    ran = []
+    real_reconf = path_searchers.reconfigured
+    monkeypatch.setattr(path_searchers, "reconfigured",
+                        lambda t, o, sz, steps, n: ran.append((steps.path, n)) or
+                        real_reconf(t, o, sz, steps, n))
+    run.reconfigure_starts()
+    assert len(expected) == k and ran == [(s.path, size) for s in expected]
+    assert f"of {k} other trial paths" in run.searcher()
+    assert run.best.combo <= min(s.combo for s in expected)
+    # a budget that pays for none of them: none run
+    small = path_search._Search(terms, output, sizes, 0.002)
+    small.start()
+    small.trial_paths = dict(run.trial_paths)
+    ran.clear()
+    small.reconfigure_starts()
+    assert ran == [] and "other trial paths" not in small.searcher()
 
 
 @pytest.mark.parametrize("rust", [True, False])
@@ -172,7 +215,7 @@ def test_a_network_that_runs_in_microseconds_is_not_searched_beyond_greedy(
     _, terms, output, sizes, _ = network(60, 5)
     sizes = dict.fromkeys(sizes, 2)
     steps, rec = path_search.find_path(terms, output, sizes, cache=False)
-    assert rec["budget_seconds"] < path_search.SearchSteps(terms, None).trial_seconds()
+    assert rec["budget_seconds"] < search_budget.SearchSteps(terms, None).trial_seconds()
     assert rec["trials"] == 0 and rec["searcher"] == rec["greedy"]
     assert rec["greedy"].startswith("cotengrust greedy (costmod ") if rust else \
         rec["greedy"] == "greedy"
@@ -184,7 +227,7 @@ def test_cotengrust_greedy_paths_are_valid_pairwise_paths():
         pytest.skip("cotengrust is not installed")
     for seed in range(4):
         eq, terms, output, sizes, shapes = network(40, seed)
-        for costmod in path_search.FAST_GREEDY_COSTMODS:
+        for costmod in search_budget.FAST_GREEDY_COSTMODS:
             s = path_searchers.fast_greedy(terms, output, sizes, costmod)
             assert s.pairwise and play(terms, output, sizes, s.path).combo == s.combo
             _, info = opt_einsum.contract_path(eq, *shapes, shapes=True, optimize=s.path)
@@ -220,7 +263,7 @@ def test_zero_budget_is_greedy_and_a_larger_budget_searches_on(cache_dir):
     assert rec["trials"] == 0 and rec["searcher"] == rec["greedy"]
     # a zero budget pays for nothing but the first greedy
     first = "greedy" if path_searchers.cotengrust() is None else \
-        f"cotengrust greedy (costmod {path_search.FAST_GREEDY_COSTMODS[0]})"
+        f"cotengrust greedy (costmod {search_budget.FAST_GREEDY_COSTMODS[0]})"
     assert rec["greedy"] == first
     assert greedy.combo == start_steps(terms, output, sizes, first).combo
     better, rec2 = path_search.find_path(terms, output, sizes, time_budget=0.05)
@@ -240,12 +283,12 @@ def test_bad_budget_is_a_graph_error(bad, cache_dir):
 def test_default_budget_follows_the_estimated_run_time():
     _, terms, output, sizes, _ = network(12, 0)
     s = greedy_steps(terms, output, sizes)
-    assert path_search.default_budget(s) == pytest.approx(
-        path_search.SEARCH_FRACTION * s.combo / path_search.COMBO_RATE)
+    assert search_budget.default_budget(s) == pytest.approx(
+        search_budget.SEARCH_FRACTION * s.combo / search_budget.COMBO_RATE)
     huge = type(s)(s.path, s.steps, 10**30, s.largest, True, 10**20)
-    assert path_search.default_budget(huge) == path_search.DEFAULT_MAX_SECONDS
+    assert search_budget.default_budget(huge) == search_budget.DEFAULT_MAX_SECONDS
     found, rec = path_search.find_path(terms, output, sizes, cache=False)
-    assert rec["estimated_run_seconds"] == pytest.approx(path_search.estimated_seconds(found))
+    assert rec["estimated_run_seconds"] == pytest.approx(search_budget.estimated_seconds(found))
 
 
 def test_without_cotengra_the_search_runs_random_greedy(cache_dir, monkeypatch):
@@ -254,6 +297,54 @@ def test_without_cotengra_the_search_runs_random_greedy(cache_dir, monkeypatch):
     _, terms, output, sizes, _ = network(20, 6)
     _, rec = path_search.find_path(terms, output, sizes, time_budget=0.6, cache=False)
     assert rec["searcher"] == "opt_einsum random-greedy" and rec["cache"] == "off"
+
+
+def test_cotengra_minimizes_our_combo_cost():
+    """cotengra is given the objective ``Steps.combo`` is (half of it: cotengra counts a
+    multiply-add as one FLOP), and its hyper-optimizer only its partitioning methods (the
+    search samples greedy paths itself)."""
+    ctg = pytest.importorskip("cotengra")
+    inputs, output, _, sizes = ctg.utils.lattice_equation([4, 4], d_min=2, d_max=3, seed=0)
+    terms, out = ["".join(t) for t in inputs], "".join(output)
+    steps = greedy_steps(terms, out, sizes)
+    tree = ctg.ContractionTree.from_path(inputs, output, sizes, path=steps.path)
+    factor = int(path_searchers.COTENGRA_MINIMIZE.split("-")[1])
+    assert steps.combo == 2 * tree.combo_cost(factor=factor)
+    hyper = path_searchers.HyperTrials(terms, out, sizes)._opt
+    assert "greedy" not in hyper._methods and hyper.reconf_opts is None
+    assert hyper.minimize == path_searchers.COTENGRA_MINIMIZE
+
+
+def test_a_hyper_trial_that_becomes_the_best_is_reconfigured(monkeypatch):
+    if not path_searchers.cotengra_available():
+        pytest.skip("cotengra is not installed")
+    _, terms, output, sizes, _ = network(30, 4)
+    found = path_searchers.greedy(terms, output, sizes)
+
+    class Trials:     # one trial that finds greedy's path, then nothing new
+        trials = 1
+
+        def __init__(self, *args):
+            pass
+
+        def trial(self, seconds):
+            time.sleep(seconds)
+            return found.path
+
+    monkeypatch.setattr(path_searchers, "HyperTrials", Trials)
+    ran = []
+    real_reconf = path_searchers.reconfigured
+    monkeypatch.setattr(path_searchers, "reconfigured",
+                        lambda t, o, sz, steps, n: ran.append((steps.path, n)) or
+                        real_reconf(t, o, sz, steps, n))
+    run = path_search._Search(terms, output, sizes, search_budget.HYPER_MIN_SECONDS)
+    run.best = play(terms, output, sizes, left_to_right(len(terms)))
+    run.by_the_clock()
+    # at each size from STARTS_SUBTREE up, the best path then (the first: the trial's)
+    assert [k for _, k in ran] == [k for k in sorted(search_budget.RECONF_SECONDS_PER_TENSOR)
+                                   if k >= search_budget.STARTS_SUBTREE]
+    assert ran[0][0] == found.path
+    assert run.best.combo <= found.combo and run.hyper_trials == 1
 
 
 def test_with_cotengra_a_large_budget_runs_its_hyper_optimizer(cache_dir):

@@ -24,7 +24,7 @@ import networkx as nx
 import numpy as np
 from opt_einsum import paths as oe_paths
 
-from .. import cost, ir, path_search
+from .. import cost, ir, path_search, search_budget
 from .. import einsum as einsum_mod
 from ..einsum import label
 from ..errors import GraphError
@@ -389,7 +389,7 @@ def contraction(G: nx.MultiDiGraph, ctx) -> PassResult:
     ``largest_intermediate_before``/``_after`` (over the groups, elements and bytes),
     ``path`` (per rewritten group root), ``merged`` (groups rewritten), ``groups`` (one
     record per group), ``kept_user_order`` and ``needs_slicing``."""
-    path_search.check_time_budget(ctx.options.get("path_time"))
+    search_budget.check_time_budget(ctx.options.get("path_time"))
     H = ir.copy_graph(G)
     replaced: dict[int, int] = {}
     records = []

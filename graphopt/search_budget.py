@@ -1,0 +1,134 @@
+"""What a contraction-path search's budget pays for: the default budget (a fraction of the
+estimated run time of the best path found so far) and each counted step's assumed cost
+(``SearchSteps``). ``path_search`` runs the steps; these constants size them.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Sequence
+
+from .errors import GraphError
+from .paths import Steps
+
+SEARCH_FRACTION = 1.0
+DEFAULT_MAX_SECONDS = 20.0
+# combo cost per second assumed when sizing the default budget: conservative (the
+# GEMM-bound networks of benchmarks/networks.py ran at 1.1-6.5e10 a second on one 2024
+# server core, complex ones at the low end; a 4e10 rate cut the search short of the
+# reconfiguration that halves the hyper-index network's run time), so the default budget is
+# up to a few times a path's actual run time
+COMBO_RATE = 1e10
+HYPER_MIN_SECONDS = 0.5    # below this budget, cotengra's trials are not worth starting
+HYPER_CHUNK_SECONDS = 0.25  # cotengra runs this long between checks of the budget
+TRIAL_SHARE = 0.5          # of the budget, for the counted random-greedy trials: the rest
+                           # pays for reconfiguring what they find
+MIN_TRIALS = 8             # opt_einsum random-greedy trials run before the clock, where paid
+# one opt_einsum greedy or random-greedy trial's assumed cost, scored: per tensor and per
+# pair of tensors that share a label (opt_einsum weighs every such pair; a hyper index
+# shared by k tensors makes k(k-1)/2). Measured on nine networks of 50-200 tensors and
+# 105-1679 pairs, a 2024 server core: 2.7-20 ms, within 20 % of this.
+TRIAL_SECONDS_PER_TENSOR = 3e-5
+TRIAL_SECONDS_PER_PAIR = 1.3e-5
+# cotengra's subtree reconfiguration's assumed cost per tensor, by subtree size (the median
+# of those nine networks: 0.12-0.2, 0.2-0.3 and 0.24-1.6 ms a tensor)
+RECONF_SECONDS_PER_TENSOR = {8: 6e-4, 6: 2.5e-4, 4: 1.6e-4}
+# Step 5 reconfigures this many of the trials' other paths at this subtree size: of 1 s
+# searches of benchmarks/networks.py (8 each), the hyper-index network's median combo cost
+# went 2.9e8 -> 1.6e8 (cotengra's hyper-optimizer at that budget: 2.6-2.8e8), the lattice's
+# 3.16e7 -> 3.14e7, each start 15-22 ms
+RECONF_STARTS = 8
+STARTS_SUBTREE = 6
+# cotengrust's greedy: its weights of the size added against the sizes removed
+# (``size_ab / costmod - (size_a + size_b) * costmod``). Of 0.1-4 on the nine networks of
+# benchmarks/networks.py, the better of 0.5 and 2.0 was within 1.8x of opt_einsum's greedy
+# combo cost on eight (0.002-0.87x on three) and 3.5x on the hyper-index one, where 1.0
+# alone was 1.6-9.4x worse on five; 0.5 alone was 42x worse on the PEPS norm, 2.0 alone
+# 1e11x worse on the MPS. Its assumed cost per tensor (measured 0.5-3 us at 0.5, up to 10
+# at 2.0 where its path is that bad). The first costmod runs always, the others where the
+# budget also pays for opt_einsum's greedy (a network that runs for milliseconds or more).
+FAST_GREEDY_COSTMODS = (0.5, 2.0)
+FAST_GREEDY_SECONDS_PER_TENSOR = 3e-6
+# cotengrust's random-greedy trials, run in batches of at most ``RUST_BATCH`` (each batch
+# keeps its path of fewest FLOPs, which is then played and scored by combo cost): assumed
+# per tensor and per sharing pair a trial (measured 0.5-3.8 us a tensor on 24-200 tensors,
+# the most with hyper indices), plus a batch's played path per tensor (1-6 us)
+RUST_TRIAL_SECONDS_PER_TENSOR = 1.5e-6
+RUST_TRIAL_SECONDS_PER_PAIR = 1e-7
+RUST_PLAY_SECONDS_PER_TENSOR = 6e-6
+RUST_BATCH = 16
+RUST_MAX_TRIALS = 1024
+# Before the first reconfiguration, one batch of this many cotengrust trials where it costs
+# at most ``FIRST_TRIALS_SHARE`` of the budget: a start the reconfiguration refines further
+# than the greedy one on grid-like networks (the 10x10 lattice of benchmarks/networks.py:
+# search 20.9 -> 12.0 ms, run 4.3 -> 2.5 ms), within a few percent of the budget elsewhere.
+FIRST_TRIALS = 8
+FIRST_TRIALS_SHARE = 0.1
+
+
+
+def estimated_seconds(steps: Steps) -> float:
+    """Run time of ``steps`` the budget rule assumes: its combo cost at ``COMBO_RATE``."""
+    return steps.combo / COMBO_RATE
+
+
+def default_budget(steps: Steps) -> float:
+    """Seconds of search a path of ``steps`` is worth by default (see the module docstring)."""
+    return min(DEFAULT_MAX_SECONDS, SEARCH_FRACTION * estimated_seconds(steps))
+
+
+def sharing_pairs(terms: Sequence[str]) -> int:
+    """How many pairs of terms share at least one label."""
+    holders: dict = {}
+    for i, t in enumerate(terms):
+        for c in set(t):
+            holders.setdefault(c, []).append(i)
+    return len({(a, b) for ts in holders.values() if len(ts) > 1
+                for k, a in enumerate(ts) for b in ts[k + 1:]})
+
+
+class SearchSteps:
+    """The assumed seconds of the counted search steps run so far (see the module
+    docstring): a step runs where they plus its own fit the budget of the best path."""
+
+    def __init__(self, terms: Sequence[str], budget):
+        self.n, self.budget, self.counted = max(1, len(terms)), budget, 0.0
+        self._terms = terms
+
+    @functools.cached_property
+    def pairs(self) -> int:
+        """``sharing_pairs`` of the terms (counted where a trial's cost is first asked: a
+        network whose budget pays for nothing never needs it)."""
+        return sharing_pairs(self._terms)
+
+    def trial_seconds(self) -> float:
+        """One opt_einsum greedy or random-greedy trial's assumed cost."""
+        return TRIAL_SECONDS_PER_TENSOR * self.n + TRIAL_SECONDS_PER_PAIR * self.pairs
+
+    def rust_trial_seconds(self) -> float:
+        """One cotengrust random-greedy trial's assumed cost (its batch's play aside)."""
+        return RUST_TRIAL_SECONDS_PER_TENSOR * self.n + RUST_TRIAL_SECONDS_PER_PAIR * self.pairs
+
+    def left(self) -> float:
+        """Seconds of the budget not yet counted."""
+        return self.budget() - self.counted
+
+    def pays_for(self, seconds: float) -> bool:
+        return seconds <= self.left()
+
+    def pays_for_trial(self, room: float | None = None) -> bool:
+        """Whether ``room`` (default: the budget left) pays for one opt_einsum trial (its
+        per-tensor part first: the pairs need counting only where that fits)."""
+        room = self.left() if room is None else room
+        return TRIAL_SECONDS_PER_TENSOR * self.n <= room and self.trial_seconds() <= room
+
+    def count(self, seconds: float) -> None:
+        self.counted += seconds
+
+
+def check_time_budget(time_budget) -> None:
+    """``GraphError`` unless ``time_budget`` is None or a finite number of seconds >= 0."""
+    if time_budget is not None and (isinstance(time_budget, bool) or
+                                    not isinstance(time_budget, (int, float)) or
+                                    not 0 <= time_budget < float("inf")):
+        raise GraphError(f"path_time must be a finite number of seconds >= 0, got {time_budget!r}")
