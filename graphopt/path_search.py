@@ -22,9 +22,9 @@ budget pays for, is decided here:
    paths differently from their own costs;
 6. the reconfiguration again, of a better path steps 4 and 5 found;
 7. by the clock: where the budget is at least ``HYPER_MIN_SECONDS``, cotengra's
-   hyper-optimizer over its partitioning methods (``path_searchers.HyperTrials``), each
-   trial that becomes the best reconfigured, until the budget is spent; under a smaller
-   budget that the user set, or without cotengra, more of opt_einsum's trials.
+   hyper-optimizer over its partitioning methods (``path_searchers.HyperTrials``) until
+   the budget is spent; under a smaller budget that the user set, or without cotengra,
+   more of opt_einsum's trials.
 
 The budget: ``time_budget`` seconds where given (``compile(..., path_time=)``); by default
 ``SEARCH_FRACTION`` of the estimated run time of the best path found so far (its combo cost
@@ -97,6 +97,10 @@ class _Search:
     def budget(self) -> float:     # follows the best path so far: asked each time
         return self.time_budget if self.time_budget is not None else \
             default_budget(self.best)
+
+    def hyper(self) -> bool:
+        """Whether the hyper-optimizer runs by the clock after the counted steps."""
+        return self.cotengra and self.budget() >= HYPER_MIN_SECONDS
 
     def elapsed(self) -> float:
         return time.perf_counter() - self.t0
@@ -235,27 +239,17 @@ class _Search:
         self.keep(self._oe_trials.trial(), trial=True)
 
     def by_the_clock(self) -> None:
-        """Step 7: the hyper-optimizer until the budget is spent, where it is worth it (a
-        trial's path that becomes the best is reconfigured at the sizes from
-        ``STARTS_SUBTREE`` up whose assumed cost the time left pays for); else, where the
-        user set the budget or nothing else improves the path, more of opt_einsum's
-        trials."""
-        def hyper():
-            return self.cotengra and self.budget() >= HYPER_MIN_SECONDS
-
-        while not hyper() and (self.time_budget is not None or not self.cotengra) and \
+        """Step 7: the hyper-optimizer until the budget is spent, where it is worth it;
+        else, where the user set the budget or nothing else improves the path, more of
+        opt_einsum's trials."""
+        while not self.hyper() and (self.time_budget is not None or not self.cotengra) and \
                 self.elapsed() < self.budget():
             self.oe_trial()
-        if hyper() and self.elapsed() < self.budget():
+        if self.hyper() and self.elapsed() < self.budget():
             trials = searchers.HyperTrials(self.terms, self.output, self.sizes)
             while self.elapsed() < self.budget():
-                if not self.keep(trials.trial(min(HYPER_CHUNK_SECONDS,
-                                                  self.budget() - self.elapsed()))):
-                    continue
-                for size, rate in sorted(RECONF_SECONDS_PER_TENSOR.items()):
-                    if size >= STARTS_SUBTREE and not self.was_reconfigured(self.best, size) \
-                            and rate * self.counted.n <= self.budget() - self.elapsed():
-                        self._reconfigure(self.best, size)
+                self.keep(trials.trial(min(HYPER_CHUNK_SECONDS,
+                                           self.budget() - self.elapsed())))
             self.hyper_trials = trials.trials
 
     def searcher(self) -> str:
