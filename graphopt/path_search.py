@@ -21,7 +21,9 @@ budget pays for, is decided here:
 5. the reconfiguration of the trials' other cheapest paths (``RECONF_STARTS``): it ranks
    paths differently from their own costs;
 6. the reconfiguration again, of a better path steps 4 and 5 found;
-7. by the clock: where the budget is at least ``HYPER_MIN_SECONDS``, cotengra's
+7. the reconfiguration of the best path at subtrees picked at random, in rounds while one
+   improves it (``RANDOM_ROUNDS``): where the costliest-first walk of steps 3-6 is stuck;
+8. by the clock: where the budget is at least ``HYPER_MIN_SECONDS``, cotengra's
    hyper-optimizer over its partitioning methods (``path_searchers.HyperTrials``) until
    the budget is spent; under a smaller budget that the user set, or without cotengra,
    more of opt_einsum's trials.
@@ -31,7 +33,7 @@ The budget: ``time_budget`` seconds where given (``compile(..., path_time=)``); 
 at ``COMBO_RATE``), at most ``DEFAULT_MAX_SECONDS``: a search costs at most about what the
 run it shortens is estimated to cost (the rent-or-buy bound); a network that
 runs in a millisecond is ordered in well under one, an expensive one gets seconds. Steps
-1-6 are counted, not timed (``SearchSteps``, each step's assumed cost from the constants
+1-7 are counted, not timed (``SearchSteps``, each step's assumed cost from the constants
 below): a step runs only where what was counted so far plus its own assumed cost is within
 the budget of the best path found so far, so a small network's path does not depend on the
 machine's speed, and a path that runs in ten milliseconds is not refined for sixty. A trial
@@ -61,6 +63,10 @@ from .search_budget import (
     HYPER_CHUNK_SECONDS,
     HYPER_MIN_SECONDS,
     MIN_TRIALS,
+    RANDOM_RECONF_SECONDS_PER_TENSOR,
+    RANDOM_ROUNDS,
+    RANDOM_SUBTREE,
+    RANDOM_SUBTREES,
     RECONF_SECONDS_PER_TENSOR,
     RECONF_STARTS,
     RUST_BATCH,
@@ -88,7 +94,7 @@ class _Search:
         self.greedy = "greedy"         # the start's name
         self.counted = SearchSteps(terms, self.budget)
         self.cotengra = searchers.cotengra_available()
-        # (path, subtree size, whether step 5's) of each reconfiguration run
+        # (path, subtree size, "best", "start" or "random": which step) of each one run
         self.reconfigured: list = []
         self.trial_paths: dict = {}    # path -> its Steps, of every trial's path kept
         self.rust_trials = self.hyper_trials = 0
@@ -105,23 +111,21 @@ class _Search:
     def elapsed(self) -> float:
         return time.perf_counter() - self.t0
 
-    def keep(self, path, trial: bool = False) -> bool:
+    def keep(self, path, trial: bool = False) -> None:
         """Keep ``path`` (a path or its ``Steps``; None: a searcher found none) where it is
-        cheaper than the best so far; whether it was. ``trial``: a random trial's path,
-        also a start for ``reconfigure_starts``."""
+        cheaper than the best so far. ``trial``: a random trial's path, also a start for
+        ``reconfigure_starts``."""
         if path is None:
-            return False
+            return
         try:
             s = path if isinstance(path, Steps) else \
                 play(self.terms, self.output, self.sizes, path)
         except GraphError:    # a trial that did not produce a full path
-            return False
+            return
         if trial:
             self.trial_paths.setdefault(tuple(s.path), s)
         if s.combo < self.best.combo:
             self.best = s
-            return True
-        return False
 
     def start(self) -> None:
         """Step 1: the cheapest greedy path the budget pays for."""
@@ -160,28 +164,46 @@ class _Search:
             self._reconfigure(self.best, size)
 
     def was_reconfigured(self, steps: Steps, size: int) -> bool:
-        return any(p == steps.path and k == size for p, k, _ in self.reconfigured)
+        return any(p == steps.path and k == size and kind != "random"
+                   for p, k, kind in self.reconfigured)
 
-    def _reconfigure(self, steps: Steps, size: int, start: bool = False) -> bool:
-        """Keep ``steps`` reconfigured at subtree ``size`` (``start``: in step 5); whether
-        it became the best."""
-        self.reconfigured.append((steps.path, size, start))
-        return self.keep(searchers.reconfigured(self.terms, self.output, self.sizes, steps,
-                                                size))
+    def _reconfigure(self, steps: Steps, size: int, kind: str = "best", **random) -> None:
+        """Keep ``steps`` reconfigured at subtree ``size`` (``kind``: which step's, as
+        ``self.reconfigured`` records; ``random``: ``seed`` and ``subtrees``)."""
+        self.reconfigured.append((steps.path, size, kind))
+        self.keep(searchers.reconfigured(self.terms, self.output, self.sizes, steps, size,
+                                         **random))
 
     def reconfigure_starts(self) -> None:
         """Step 5: the reconfiguration, at subtree size ``STARTS_SUBTREE``, of up to
         ``RECONF_STARTS`` of the cheapest other paths the trials found, where the budget
         pays: it ranks paths differently from their own costs, so another start may end
         cheaper than the best one."""
+        if not self.cotengra:
+            return
         seconds = RECONF_SECONDS_PER_TENSOR[STARTS_SUBTREE] * self.counted.n
         starts = sorted(self.trial_paths.values(), key=lambda s: s.combo)
         done = [p for p, _, _ in self.reconfigured]
-        for s in [s for s in starts if s.path not in done][:RECONF_STARTS] * self.cotengra:
+        for s in [s for s in starts if s.path not in done][:RECONF_STARTS]:
             if not self.counted.pays_for(seconds):
                 return
             self.counted.count(seconds)
-            self._reconfigure(s, STARTS_SUBTREE, start=True)
+            self._reconfigure(s, STARTS_SUBTREE, "start")
+
+    def reconfigure_at_random(self) -> None:
+        """Step 7: rounds of the reconfiguration of the best path at ``RANDOM_SUBTREES``
+        subtrees picked at random (round k seeded k), while one improves it, at most
+        ``RANDOM_ROUNDS``, where the budget pays."""
+        seconds = RANDOM_RECONF_SECONDS_PER_TENSOR * self.counted.n
+        for seed in range(RANDOM_ROUNDS if self.cotengra else 0):
+            if not self.counted.pays_for(seconds):
+                return
+            self.counted.count(seconds)
+            before = self.best
+            self._reconfigure(before, RANDOM_SUBTREE, "random", seed=seed,
+                              subtrees=RANDOM_SUBTREES)
+            if self.best is before:
+                return
 
     def first_trials(self) -> None:
         """Step 2: one batch of ``FIRST_TRIALS`` cotengrust random-greedy trials, where it
@@ -239,7 +261,7 @@ class _Search:
         self.keep(self._oe_trials.trial(), trial=True)
 
     def by_the_clock(self) -> None:
-        """Step 7: the hyper-optimizer until the budget is spent, where it is worth it;
+        """Step 8: the hyper-optimizer until the budget is spent, where it is worth it;
         else, where the user set the budget or nothing else improves the path, more of
         opt_einsum's trials."""
         while not self.hyper() and (self.time_budget is not None or not self.cotengra) and \
@@ -258,13 +280,16 @@ class _Search:
         stages = ["cotengrust random-greedy"] * bool(self.rust_trials) + \
             [searchers.RandomGreedyTrials.name] * bool(self.oe_trials)
         name = " + ".join(stages) or self.greedy
-        sizes = [str(k) for _, k, start in self.reconfigured if not start]
-        starts = sum(start for _, _, start in self.reconfigured)
+        sizes = [str(k) for _, k, kind in self.reconfigured if kind == "best"]
+        starts = sum(kind == "start" for _, _, kind in self.reconfigured)
+        rounds = sum(kind == "random" for _, _, kind in self.reconfigured)
         if sizes:
             name += ", subtree reconfiguration (" + ", ".join(sizes) + ")"
         if starts:
             name += f"{' and' if sizes else ', subtree reconfiguration'} of {starts} " \
                     "other trial paths"
+        if rounds:
+            name += f", {rounds} round{'s' * (rounds > 1)} at random subtrees"
         if self.hyper_trials:
             name += f", then {searchers.HyperTrials.name}"
         return name
@@ -298,6 +323,7 @@ def search(terms, output, sizes, time_budget: float | None, start: Steps | None 
         run.random_greedy()
         run.reconfigure_starts()
         run.reconfigure()
+        run.reconfigure_at_random()
         run.by_the_clock()
     rec = run.record()
     _log.log(logging.INFO if rec["seconds"] >= SLOW_SECONDS else logging.DEBUG,
@@ -305,8 +331,6 @@ def search(terms, output, sizes, time_budget: float | None, start: Steps | None 
              "%.3g)", len(terms), rec["searcher"], rec["trials"], rec["seconds"],
              rec["combo"], rec["greedy_combo"])
     return run.best, rec
-
-
 
 
 def find_path(terms: Sequence[str], output: str, sizes: dict,

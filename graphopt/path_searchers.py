@@ -155,16 +155,21 @@ class HyperTrials:
         return len(self._opt.scores)
 
 
-def reconfigured(terms, output, sizes, steps: Steps, subtree_size: int = 8) -> Steps | None:
-    """``steps`` improved by cotengra's subtree reconfiguration (deterministic; tens of
-    milliseconds on a 100-tensor network): every subtree of ``subtree_size`` tensors
-    re-ordered optimally; None where its path does not play over the network."""
+def reconfigured(terms, output, sizes, steps: Steps, subtree_size: int = 8,
+                 seed: int | None = None, subtrees: int | None = None) -> Steps | None:
+    """``steps`` improved by cotengra's subtree reconfiguration (tens of milliseconds on a
+    100-tensor network): subtrees of ``subtree_size`` tensors re-ordered optimally, the
+    costliest first (deterministic), or with a ``seed``, ``subtrees`` of them picked at
+    random (repeatable: where the costliest-first walk is stuck, it may go on); None where
+    its path does not play over the network."""
     import cotengra
+    picks = {} if seed is None else {"select": "random", "seed": seed, "maxiter": subtrees}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         tree = cotengra.ContractionTree.from_path([tuple(t) for t in terms], tuple(output),
                                                   dict(sizes), path=steps.path)
-        tree.subtree_reconfigure_(minimize=COTENGRA_MINIMIZE, subtree_size=subtree_size)
+        tree.subtree_reconfigure_(minimize=COTENGRA_MINIMIZE, subtree_size=subtree_size,
+                                  **picks)
         try:
             return play(terms, output, sizes, tree.get_path())
         except GraphError:

@@ -23,7 +23,8 @@ HYPER_MIN_SECONDS = 0.5    # below this budget, cotengra's trials are not worth 
 HYPER_CHUNK_SECONDS = 0.25  # cotengra runs this long between checks of the budget
 TRIAL_SHARE = 0.5          # of the budget, for the counted random-greedy trials: the rest
                            # pays for reconfiguring what they find
-MIN_TRIALS = 8             # opt_einsum random-greedy trials run before the clock, where paid
+MIN_TRIALS = 8             # opt_einsum random-greedy trials run before the clock, where
+                           # paid, without cotengrust's
 # one opt_einsum greedy or random-greedy trial's assumed cost, scored: per tensor and per
 # pair of tensors that share a label (opt_einsum weighs every such pair; a hyper index
 # shared by k tensors makes k(k-1)/2). Measured on nine networks of 50-200 tensors and
@@ -39,6 +40,17 @@ RECONF_SECONDS_PER_TENSOR = {8: 6e-4, 6: 2.5e-4, 4: 1.6e-4}
 # 3.16e7 -> 3.14e7, each start 15-22 ms
 RECONF_STARTS = 8
 STARTS_SUBTREE = 6
+# Step 7: the reconfiguration of the best path at this subtree size with this many of its
+# subtrees picked at random (seeded), in rounds while a round improves it: where the
+# costliest-first reconfiguration is stuck, it walks on. One round, from the paths steps 1-6
+# found in 0.45 s on benchmarks/networks.py's networks: randreg 3.54e6 -> 2.13e6 combo (85
+# ms; cotengra's 1 s hyper-optimizer: median 2.5e6), lattice 3.18e7 -> 2.99e7, PEPS norm
+# 3.89e8 -> 3.86e8, circuit and hyper-index -1 %, tree and MPS-MPO-MPS unchanged; 0.25-3.5
+# ms a tensor (its assumed cost below, per round)
+RANDOM_SUBTREE = 8
+RANDOM_SUBTREES = 200
+RANDOM_ROUNDS = 4
+RANDOM_RECONF_SECONDS_PER_TENSOR = 1e-3
 # cotengrust's greedy: its weights of the size added against the sizes removed
 # (``size_ab / costmod - (size_a + size_b) * costmod``). Of 0.1-4 on the nine networks of
 # benchmarks/networks.py, the better of 0.5 and 2.0 was within 1.8x of opt_einsum's greedy

@@ -298,6 +298,43 @@ def test_without_cotengra_the_search_runs_random_greedy(cache_dir, monkeypatch):
     assert rec["searcher"] == "opt_einsum random-greedy" and rec["cache"] == "off"
 
 
+def test_rounds_at_random_subtrees_run_while_one_improves_the_best_path(monkeypatch):
+    """Step 7: seeded rounds of the reconfiguration at random subtrees, each of the best
+    path then, until one does not improve it (at most ``RANDOM_ROUNDS``), where the budget
+    pays; each round is repeatable."""
+    if not path_searchers.cotengra_available():
+        pytest.skip("cotengra is not installed")
+    _, terms, output, sizes, _ = network(30, 2)
+    start = play(terms, output, sizes, [(0, 1)] * (len(terms) - 1))   # the written order
+    ran, gains = [], iter([0.5, 0.5, 1.0, 0.5])
+    real = path_searchers.reconfigured
+
+    def fake(t, o, sz, steps, size, seed=None, subtrees=None):
+        ran.append((steps.path, size, seed, subtrees))
+        found = real(t, o, sz, steps, size, seed=seed, subtrees=subtrees)
+        assert real(t, o, sz, steps, size, seed=seed, subtrees=subtrees).path == found.path
+        # a round "improves" by the next factor: the third does not
+        return type(found)(found.path, found.steps, int(steps.flops * next(gains)),
+                           found.largest, True, 0)
+
+    monkeypatch.setattr(path_searchers, "reconfigured", fake)
+    run = path_search._Search(terms, output, sizes, 10.0)
+    run.best = start
+    run.reconfigure_at_random()
+    assert [(seed, size, k) for _, size, seed, k in ran] == \
+        [(seed, search_budget.RANDOM_SUBTREE, search_budget.RANDOM_SUBTREES)
+         for seed in range(3)]
+    assert ran[0][0] == start.path and ran[1][0] != start.path   # each of the best then
+    assert "2 rounds at random subtrees" not in run.searcher()
+    assert "3 rounds at random subtrees" in run.searcher()
+    # a budget that pays for no round: none run
+    ran.clear()
+    small = path_search._Search(terms, output, sizes, 1e-4)
+    small.best = start
+    small.reconfigure_at_random()
+    assert ran == [] and "random" not in small.searcher()
+
+
 def test_cotengra_minimizes_our_combo_cost():
     """cotengra is given the objective ``Steps.combo`` is (half of it: cotengra counts a
     multiply-add as one FLOP), and its hyper-optimizer only its partitioning methods (the
