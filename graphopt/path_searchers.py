@@ -122,12 +122,11 @@ class RandomGreedyTrials:
 class HyperTrials:
     """cotengra's hyper-optimizer over its partitioning methods (kahypar where installed,
     else its 'labels'), each trial reconfigured (its default), run in chunks (it keeps its
-    sampler's state between them). The search's own steps already sample greedy paths and
-    reconfigure them. On the randreg network of benchmarks/networks.py, where partitions
-    find the cheapest paths, 1 s searches ended above 3.09e6 (combo) 12 of 20 times with
-    unrefined kahypar trials, 7-9 of 20 refined (at subtree size 6 or cotengra's 8), and
-    cotengra's own search at that budget, over both methods, 2 of 20 times: within the
-    second the search's own steps leave it, a handful of trials decide it."""
+    sampler's state between them). Its greedy trials are left out: the search's own steps
+    sample greedy paths and reconfigure them. (On the randreg network of
+    benchmarks/networks.py, before the search's rounds at random subtrees, twenty 1 s
+    searches ended above 3.09e6 combo 12 times with unrefined kahypar trials and 7-9 times
+    refined; cotengra's own search over both methods, 2 times.)"""
 
     name = "cotengra hyper-optimizer"
 
