@@ -119,6 +119,15 @@ class RandomGreedyTrials:
         return self._r - 1
 
 
+def _default_hyper_methods() -> tuple:
+    """cotengra's default hyper-optimizer methods (empty where this version does not say)."""
+    try:
+        from cotengra.hyperoptimizers.hyper import get_default_hq_methods
+    except ImportError:
+        return ()
+    return tuple(get_default_hq_methods())
+
+
 class HyperTrials:
     """cotengra's hyper-optimizer over its partitioning methods (kahypar where installed,
     else its 'labels'), each trial reconfigured (its default), run in chunks (it keeps its
@@ -134,8 +143,7 @@ class HyperTrials:
         import cotengra
         with warnings.catch_warnings():   # "kahypar not found: using 'labels'" and the like
             warnings.simplefilter("ignore")
-            from cotengra.hyperoptimizers.hyper import get_default_hq_methods
-            methods = [m for m in get_default_hq_methods() if m != "greedy"] or None
+            methods = [m for m in _default_hyper_methods() if m != "greedy"] or None
             self._opt = cotengra.HyperOptimizer(methods=methods, max_repeats=10**9,
                                                 minimize=COTENGRA_MINIMIZE, parallel=False,
                                                 progbar=False, on_trial_error="ignore")
