@@ -36,8 +36,10 @@ runs in a millisecond is ordered in well under one, an expensive one gets second
 1-7 are counted, not timed (``SearchSteps``, each step's assumed cost from the constants
 below): a step runs only where what was counted so far plus its own assumed cost is within
 the budget of the best path found so far, so a small network's path does not depend on the
-machine's speed, and a path that runs in ten milliseconds is not refined for sixty. A trial
-that has started is finished, so a search may overrun its budget by one trial.
+machine's speed, and a path that runs in ten milliseconds is not refined for sixty. A step
+that has started is finished, and counted steps may take longer than assumed; step 8 stops
+a trial's time short of the budget, so 1 s searches of benchmarks/networks.py's networks
+took 0.8-1.1 s.
 
 Paths are kept by the network's structure and sizes (``path_cache``: in this process and
 on disk beside the kernels), so a second compile or a second process does no search. An
@@ -62,6 +64,7 @@ from .search_budget import (
     FIRST_TRIALS_SHARE,
     HYPER_CHUNK_SECONDS,
     HYPER_MIN_SECONDS,
+    HYPER_TRIAL_SECONDS_PER_TENSOR,
     MIN_TRIALS,
     RANDOM_RECONF_SECONDS_PER_TENSOR,
     RANDOM_ROUNDS,
@@ -269,9 +272,18 @@ class _Search:
             self.oe_trial()
         if self.hyper() and self.elapsed() < self.budget():
             trials = searchers.HyperTrials(self.terms, self.output, self.sizes)
-            while self.elapsed() < self.budget():
-                self.keep(trials.trial(min(HYPER_CHUNK_SECONDS,
-                                           self.budget() - self.elapsed())))
+            while True:
+                # cotengra finishes the trial it started at a chunk's end: the chunk ends
+                # a trial (of the mean time so far, or the assumed time before the first)
+                # early, so the search ends about on its budget (1 s searches of a
+                # 198-tensor circuit took 1.15-1.24 s, its first trial 0.37 s)
+                per_trial = trials.seconds_per_trial() or \
+                    HYPER_TRIAL_SECONDS_PER_TENSOR * self.counted.n
+                chunk = min(HYPER_CHUNK_SECONDS,
+                            self.budget() - self.elapsed() - per_trial)
+                if chunk <= 0:
+                    break
+                self.keep(trials.trial(chunk))
             self.hyper_trials = trials.trials
 
     def searcher(self) -> str:

@@ -150,7 +150,8 @@ class HyperTrials:
         self._args = ([tuple(t) for t in terms], tuple(output), dict(sizes))
 
     def trial(self, seconds: float) -> list[tuple[int, ...]]:
-        """The best path after searching on for about ``seconds`` more."""
+        """The best path after searching on for about ``seconds`` more (cotengra starts
+        trials until ``seconds`` have passed: the last may end up to a trial later)."""
         self._opt.max_time = max(1e-3, seconds)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -160,6 +161,11 @@ class HyperTrials:
     @property
     def trials(self) -> int:
         return len(self._opt.scores)
+
+    def seconds_per_trial(self) -> float:
+        """The mean seconds of the trials run so far (0 before the first)."""
+        times = self._opt.times
+        return sum(times) / len(times) if times else 0.0
 
 
 def reconfigured(terms, output, sizes, steps: Steps, subtree_size: int = 8,

@@ -21,6 +21,10 @@ DEFAULT_MAX_SECONDS = 20.0
 COMBO_RATE = 1e10
 HYPER_MIN_SECONDS = 0.5    # below this budget, cotengra's trials are not worth starting
 HYPER_CHUNK_SECONDS = 0.25  # cotengra runs this long between checks of the budget
+# one of its trials' assumed time per tensor before the first has been timed (a kahypar
+# partition and its reconfiguration: 1.3-1.9 ms a tensor on the randreg network and the
+# circuit of benchmarks/networks.py, 3 on the hyper-index one)
+HYPER_TRIAL_SECONDS_PER_TENSOR = 2e-3
 TRIAL_SHARE = 0.5          # of the budget, for the counted random-greedy trials: the rest
                            # pays for reconfiguring what they find
 MIN_TRIALS = 8             # opt_einsum random-greedy trials run before the clock, where

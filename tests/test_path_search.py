@@ -4,6 +4,7 @@ cotengra's generators; its cache is tests/test_path_cache.py's."""
 from __future__ import annotations
 
 import re
+import time
 
 import numpy as np
 import opt_einsum
@@ -349,6 +350,47 @@ def test_cotengra_minimizes_our_combo_cost():
     hyper = path_searchers.HyperTrials(terms, out, sizes)._opt
     assert "greedy" not in hyper._methods and hyper.reconf_opts is not None
     assert hyper.minimize == path_searchers.COTENGRA_MINIMIZE
+
+
+def test_hyper_optimizer_chunks_end_a_trial_before_the_budget(monkeypatch):
+    """cotengra finishes the trial in flight at a chunk's end: each chunk ends a trial's
+    time (the mean so far; before the first, the assumed time per tensor) before the
+    budget, and no chunk starts where that leaves nothing."""
+    if not path_searchers.cotengra_available():
+        pytest.skip("cotengra is not installed")
+    _, terms, output, sizes, _ = network(30, 4)
+    chunks, trial_seconds = [], 0.04
+
+    class Trials:     # each chunk runs its seconds, then one trial more
+        def __init__(self, *args):
+            self.trials = 0
+
+        def seconds_per_trial(self):
+            return trial_seconds if self.trials else 0.0
+
+        def trial(self, seconds):
+            chunks.append((seconds, run.budget() - run.elapsed()))
+            time.sleep(seconds + trial_seconds)
+            self.trials += 1
+            return None
+
+    monkeypatch.setattr(path_searchers, "HyperTrials", Trials)
+    budget = search_budget.HYPER_MIN_SECONDS
+    run = path_search._Search(terms, output, sizes, budget)
+    run.best = play(terms, output, sizes, [(0, 1)] * (len(terms) - 1))
+    run.by_the_clock()
+    first = search_budget.HYPER_TRIAL_SECONDS_PER_TENSOR * len(terms)
+    assert chunks[0][0] == pytest.approx(min(search_budget.HYPER_CHUNK_SECONDS,
+                                             chunks[0][1] - first), abs=1e-3)
+    assert all(c <= left - trial_seconds + 1e-3 for c, left in chunks[1:])
+    assert run.elapsed() <= budget + 0.02 and run.hyper_trials == len(chunks)
+    # too little time left for the first trial: none starts
+    chunks.clear()
+    late = path_search._Search(terms, output, sizes, budget)
+    late.best = run.best
+    late.t0 -= budget - first / 2
+    late.by_the_clock()
+    assert chunks == [] and late.hyper_trials == 0
 
 
 def test_with_cotengra_a_large_budget_runs_its_hyper_optimizer(cache_dir):
