@@ -86,6 +86,8 @@ from .search_budget import (
 
 _log = logging.getLogger(__name__)
 SLOW_SECONDS = 1.0         # a search this long is logged at INFO (else DEBUG)
+
+
 class _Search:
     """One search's state (see the module docstring for its steps): the best path so far,
     the start it came from, the counted seconds and what ran."""
