@@ -82,7 +82,6 @@ FIRST_TRIALS = 8
 FIRST_TRIALS_SHARE = 0.1
 
 
-
 def estimated_seconds(steps: Steps) -> float:
     """Run time of ``steps`` the budget rule assumes: its combo cost at ``COMBO_RATE``."""
     return steps.combo / COMBO_RATE
