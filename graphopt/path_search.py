@@ -277,8 +277,8 @@ class _Search:
             while True:
                 # cotengra finishes the trial it started at a chunk's end: the chunk ends
                 # a trial (of the mean time so far, or the assumed time before the first)
-                # early, so the search ends about on its budget (1 s searches of a
-                # 198-tensor circuit took 1.15-1.24 s, its first trial 0.37 s)
+                # early, so the search ends about on its budget (without that, 1 s
+                # searches of a 198-tensor circuit took 1.15-1.24 s, its first trial 0.37)
                 per_trial = trials.seconds_per_trial() or \
                     HYPER_TRIAL_SECONDS_PER_TENSOR * self.counted.n
                 chunk = min(HYPER_CHUNK_SECONDS,

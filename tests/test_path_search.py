@@ -54,18 +54,6 @@ def test_anytime_path_is_valid_and_no_worse_than_greedy(seed, cache_dir):
     assert int(info.opt_cost) == steps.flops
 
 
-def test_counted_steps_are_what_the_budget_pays_for():
-    per_trial = search_budget.TRIAL_SECONDS_PER_TENSOR * 100
-    budget = [per_trial * 3]
-    counted = search_budget.SearchSteps([chr(0x4E00 + i) for i in range(100)], lambda: budget[0])
-    assert counted.pays_for(per_trial * 3) and not counted.pays_for(per_trial * 3.01)
-    counted.count(per_trial * 2)
-    assert counted.pays_for(per_trial) and not counted.pays_for(per_trial * 1.01)
-    assert counted.left() == pytest.approx(per_trial)
-    budget[0] = 1e3                         # the budget follows the best path found so far
-    assert counted.pays_for(search_budget.RECONF_SECONDS_PER_TENSOR[8] * 100)
-
-
 @pytest.mark.parametrize("searchers", ["cotengra", "opt_einsum"])
 def test_the_search_stops_where_the_budget_of_the_best_path_no_longer_pays(
         searchers, cache_dir, monkeypatch):
@@ -278,17 +266,6 @@ def test_bad_budget_is_a_graph_error(bad, cache_dir):
     _, terms, output, sizes, _ = network(6, 0)
     with pytest.raises(GraphError, match="path_time"):
         path_search.find_path(terms, output, sizes, time_budget=bad)
-
-
-def test_default_budget_follows_the_estimated_run_time():
-    _, terms, output, sizes, _ = network(12, 0)
-    s = greedy_steps(terms, output, sizes)
-    assert search_budget.default_budget(s) == pytest.approx(
-        search_budget.SEARCH_FRACTION * s.combo / search_budget.COMBO_RATE)
-    huge = type(s)(s.path, s.steps, 10**30, s.largest, True, 10**20)
-    assert search_budget.default_budget(huge) == search_budget.DEFAULT_MAX_SECONDS
-    found, rec = path_search.find_path(terms, output, sizes, cache=False)
-    assert rec["estimated_run_seconds"] == pytest.approx(search_budget.estimated_seconds(found))
 
 
 def test_without_cotengra_the_search_runs_random_greedy(cache_dir, monkeypatch):
