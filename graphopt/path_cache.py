@@ -21,7 +21,7 @@ from . import path_searchers as searchers
 from .errors import GraphError
 from .paths import Steps, play
 
-CACHE_FORMAT = 4           # part of every key: a change to the search makes new entries
+CACHE_FORMAT = 5           # part of every key: a change to the search makes new entries
 MEMO_ENTRIES = 256
 DISK_ENTRIES = 4096        # path files kept, give or take the PRUNE_EVERY written since a prune
 PRUNE_EVERY = 64

@@ -358,9 +358,10 @@ def test_hyper_optimizer_chunks_end_a_trial_before_the_budget(monkeypatch):
     run.by_the_clock()
     first = search_budget.HYPER_TRIAL_SECONDS_PER_TENSOR * len(terms)
     assert chunks[0][0] == pytest.approx(min(search_budget.HYPER_CHUNK_SECONDS,
-                                             chunks[0][1] - first), abs=1e-3)
+                                             chunks[0][1] - first), abs=5e-3)
     assert all(c <= left - trial_seconds + 1e-3 for c, left in chunks[1:])
-    assert run.elapsed() <= budget + 0.02 and run.hyper_trials == len(chunks)
+    # (a margin for sleep's own overshoot on a loaded machine: far below a trial's 40 ms)
+    assert run.elapsed() <= budget + 0.03 and run.hyper_trials == len(chunks)
     # too little time left for the first trial: none starts
     chunks.clear()
     late = path_search._Search(terms, output, sizes, budget)
