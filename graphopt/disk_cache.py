@@ -200,9 +200,11 @@ def remove(name: str) -> None:
 def prune(pattern: str, keep: int) -> int:
     """Keep the ``keep`` most recently written files matching ``pattern`` in the cache
     directory, removing the rest; how many were removed."""
-    files = glob.glob(os.path.join(cache_dir(), pattern))
-    if len(files) <= keep:
+    d = cache_dir()
+    names = _matching(d, pattern)
+    if len(names) <= keep:
         return 0
+    files = [os.path.join(d, n) for n in names]
 
     def mtime(f):
         try:
@@ -212,6 +214,22 @@ def prune(pattern: str, keep: int) -> int:
     files.sort(key=mtime)
     _unlink_all(files[:len(files) - keep])
     return len(files) - keep
+
+
+def _matching(d: str, pattern: str) -> list[str]:
+    """The names of ``d``'s files that ``pattern`` matches, as ``glob`` matches them: a
+    ``prefix*suffix`` pattern read from ``os.listdir`` in a fraction of ``glob``'s time (a
+    process's first path entry prunes a directory of thousands)."""
+    prefix, star, suffix = pattern.partition("*")
+    if not star or "*" in suffix or any(c in pattern for c in "?[/" + os.sep):
+        return [os.path.basename(f) for f in glob.glob(os.path.join(d, pattern))]
+    try:
+        names = os.listdir(d)
+    except OSError:
+        return []
+    least = len(prefix) + len(suffix)
+    return [n for n in names if n.startswith(prefix) and n.endswith(suffix) and
+            len(n) >= least and n[0] != "."]
 
 
 def _unlink_all(files) -> int:

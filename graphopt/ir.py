@@ -70,8 +70,10 @@ def add_op(G: nx.MultiDiGraph, op: str, operands: list[int], attrs=None, *,
 def operands(G: nx.MultiDiGraph, n: int) -> list[int]:
     """Operand node ids of ``n`` in argument order."""
     # networkx's plain adjacency dicts, not its views: the hottest helper of every pass.
+    # (Sorted as pairs: args are distinct, so a node id is never compared; a malformed
+    # edge's missing arg fails the sort as it would fail a key.)
     args = [(d.get("arg"), u) for u, keys in G._pred[n].items() for d in keys.values()]
-    args.sort(key=lambda a: a[0])
+    args.sort()
     return [u for _, u in args]
 
 
@@ -141,7 +143,7 @@ def replace_uses(G: nx.MultiDiGraph, old: int, new: int) -> None:
 
 def nbytes(G: nx.MultiDiGraph, n: int) -> int:
     """Bytes of node ``n``'s value."""
-    d = G.nodes[n]
+    d = G._node[n]
     return math.prod(d["shape"]) * np.dtype(d["dtype"]).itemsize
 
 
@@ -181,7 +183,7 @@ def _verify_group(G: nx.MultiDiGraph, n: int, pass_name: str | None) -> None:
 
 
 def verify(G: nx.MultiDiGraph, *, pass_name: str | None = None,
-           verified: tuple[dict, dict] | None = None) -> None:
+           verified: tuple[dict, dict] | None = None, nodes: bool = True) -> None:
     """Check every IR invariant; raise ``GraphError`` naming the node, op and source line.
 
     Invariants: acyclic; int node ids; the node schema; a registered op; operand args
@@ -192,7 +194,9 @@ def verify(G: nx.MultiDiGraph, *, pass_name: str | None = None,
     ``verified``: ``(node_keys of a verified graph, node_keys of G)``. A node whose key and
     whose operands' keys are the same in both passed the same per-node checks there and is
     not checked again (the pass manager verifies after every pass; most passes change few
-    nodes). The whole-graph invariants are always checked.
+    nodes). ``nodes=False`` skips the per-node checks: for a graph whose every node passed
+    them as it was made (``add_op`` infers what it records; the builder's graphs).
+    The whole-graph invariants are always checked.
     """
     where = f" (after pass '{pass_name}')" if pass_name else ""
     if not isinstance(G, nx.MultiDiGraph):
@@ -209,7 +213,7 @@ def verify(G: nx.MultiDiGraph, *, pass_name: str | None = None,
         raise GraphError(f"IR has a cycle through nodes {[e[0] for e in cycle]}{where}") \
             from None
     before, now = verified or ({}, {})
-    for n, d in G._node.items():
+    for n, d in (G._node.items() if nodes else ()):
         key = now.get(n)
         if isinstance(key, tuple) and before.get(n) == key and \
                 all(before.get(u) == now.get(u) for _, u in key[-1]):

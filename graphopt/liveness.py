@@ -66,7 +66,7 @@ def arena_nodes(G: nx.MultiDiGraph, order: list[int]) -> list[int]:
     """Nodes whose values live in the arena: computed values that are not graph outputs
     (outputs go to fresh per-call arrays; inputs and constants are not copied)."""
     outs = set(G.graph["outputs"])
-    return [n for n in order if G.nodes[n]["op"] not in ("input", "const") and n not in outs]
+    return [n for n in order if G._node[n]["op"] not in ("input", "const") and n not in outs]
 
 
 def liveness_intervals(G: nx.MultiDiGraph, order: list[int]) -> dict[int, tuple[int, int]]:
@@ -143,10 +143,13 @@ def assign_arena_offsets(intervals: dict, sizes: dict, inplace: dict | None = No
     """
     offsets: dict[int, int] = {}
     buffers = []
-    for members in buffer_groups(intervals, sizes, inplace or {}).values():
+    groups = buffer_groups(intervals, sizes, inplace).values() if inplace else \
+        [[n] for n in intervals]
+    for members in groups:
         if len(members) == 1:
             n = members[0]
-            buffers.append((sizes[n], intervals[n][0], intervals[n][1], n, members))
+            first, last = intervals[n]
+            buffers.append((sizes[n], first, last, n, members))
             continue
         first = min(intervals[n][0] for n in members)
         last = max(intervals[n][1] for n in members)
@@ -161,7 +164,7 @@ def assign_arena_offsets(intervals: dict, sizes: dict, inplace: dict | None = No
     lasts = np.zeros_like(firsts)
     placed: list[tuple[int, int]] = []   # (offset, aligned end)
     spans: list[tuple[int, int, int, int]] = []   # (first, last, offset, aligned end)
-    live_at: dict[int, list[int]] = {}   # step -> the placed buffers live at it
+    live_at: dict[int, list] = {}   # step -> (offset, aligned end) of the buffers live at it
     arena = 0
     for size, first, last, _, members in sorted(buffers, key=lambda b: (-b[0], b[1], b[3])):
         offset = 0
@@ -169,7 +172,14 @@ def assign_arena_offsets(intervals: dict, sizes: dict, inplace: dict | None = No
             k = len(placed)
             if stepped:
                 steps = range(first, last + 1)
-                live = [placed[i] for i in {i for t in steps for i in live_at.get(t, ())}]
+                if first == last:
+                    live = live_at.get(first, ())
+                else:   # (two buffers of one place are one place to avoid)
+                    live = set()
+                    for t in steps:
+                        here = live_at.get(t)
+                        if here:
+                            live.update(here)
             elif vector:
                 live = [placed[i] for i in
                         np.flatnonzero((firsts[:k] <= last) & (lasts[:k] >= first)).tolist()]
@@ -183,15 +193,21 @@ def assign_arena_offsets(intervals: dict, sizes: dict, inplace: dict | None = No
                     top = end
             if best_gap < 0:
                 offset = top
+            place = (offset, align(offset + size))
             if stepped:
                 for t in steps:
-                    live_at.setdefault(t, []).append(k)
+                    here = live_at.get(t)
+                    if here is None:
+                        live_at[t] = [place]
+                    else:
+                        here.append(place)
             elif vector:
                 firsts[k], lasts[k] = first, last
             else:
-                spans.append((first, last, offset, align(offset + size)))
-            placed.append((offset, align(offset + size)))
-            arena = max(arena, offset + size)
+                spans.append((first, last) + place)
+            placed.append(place)
+            if offset + size > arena:
+                arena = offset + size
         for n in members:
             offsets[n] = offset
     return offsets, arena

@@ -23,15 +23,16 @@ def lower(G: nx.MultiDiGraph, source_graph: nx.MultiDiGraph, backend, ctx, repor
     mem = G.graph.get("memory_plan") or naive_memory_plan(G, order)
     slot = {n: i for i, n in enumerate(order)}
     init_vals: list = [None] * len(order)
+    nodes = G._node     # (networkx's plain dict: a network's hundreds of inputs pass here)
     for n in order:
-        if G.nodes[n]["op"] == "const":
-            init_vals[slot[n]] = backend.constant(G.nodes[n]["attrs"]["value"])
+        if nodes[n]["op"] == "const":
+            init_vals[slot[n]] = backend.constant(nodes[n]["attrs"]["value"])
 
     outputs = G.graph["outputs"]
-    direct_outputs = {o for o in outputs if G.nodes[o]["op"] not in ("input", "const")}
+    direct_outputs = {o for o in outputs if nodes[o]["op"] not in ("input", "const")}
     steps: list[Step] = []
     for n in order:
-        d = G.nodes[n]
+        d = nodes[n]
         if d["op"] in ("input", "const"):
             continue
         is_out = n in direct_outputs

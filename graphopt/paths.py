@@ -154,8 +154,13 @@ def _counted(terms: tuple, output: str, path: tuple, sizes: tuple) -> tuple[int,
         write += elements
         if k < last and elements > largest:
             largest = elements
-        labels = set("".join(picked))
-        flops += step_flops(labels, not labels.issubset(result), len(picked), sizes)
+        if len(picked) == 2:    # ``step_flops`` of a pair, inline: the hot case
+            labels = set(picked[0])
+            labels.update(picked[1])
+            flops += math.prod(map(size, labels)) * (1 if labels.issubset(result) else 2)
+        else:
+            labels = set("".join(picked))
+            flops += step_flops(labels, not labels.issubset(result), len(picked), sizes)
     return flops, largest, write
 
 
@@ -224,6 +229,13 @@ def path_flops(equation: str, sizes: dict, path=None) -> int:
 def label_sizes(equation: str, shapes) -> dict[str, int]:
     """Each label's dimension, read from the operand ``shapes``: where a label is 1 on one
     operand and n on another (NumPy's size-1 broadcasting), n."""
+    return dict(_label_sizes(equation, tuple(map(tuple, shapes))))
+
+
+@functools.lru_cache(maxsize=256)
+def _label_sizes(equation: str, shapes: tuple) -> dict[str, int]:
+    # memoized (callers get a copy): compiling a network reads its sizes in the contraction
+    # pass, its FLOP counts, the kernel's workspace and its program
     terms, _ = split_equation(equation)
     sizes: dict[str, int] = {}
     for t, sh in zip(terms, shapes):

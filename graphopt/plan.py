@@ -95,8 +95,9 @@ class Plan(StepsIntrospection):
         # computes on host arrays as they are) skips the general binding: 11 -> 2 us.
         self._fast_bind = backend.host_arrays
         ins = graph.graph["inputs"]
-        self._names = tuple(graph.nodes[i]["name"] for i in ins)
-        self._signature = tuple((np.dtype(graph.nodes[i]["dtype"]), tuple(graph.nodes[i]["shape"]))
+        nodes = graph._node
+        self._names = tuple(nodes[i]["name"] for i in ins)
+        self._signature = tuple((np.dtype(nodes[i]["dtype"]), tuple(nodes[i]["shape"]))
                                 for i in ins)
         self._free: list[_Arena] = []
         self._lock = threading.Lock()

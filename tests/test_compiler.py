@@ -140,6 +140,35 @@ def test_compile_cache():
     assert go.compile(mlp(), backend="numpy", opt_level=1) is not plan
 
 
+def test_compile_cache_tells_graphs_of_one_outline_apart(monkeypatch):
+    """Graphs of the same node count, inputs and output shape but other ops are hashed
+    (once each) and get their own plans; the first compile of an outline hashes nothing."""
+    compiler.clear_cache()
+    hashed = []
+    real = compiler.ir.structural_hash
+    monkeypatch.setattr(compiler.ir, "structural_hash", lambda G: hashed.append(1) or real(G))
+
+    def graph(op, order=False):
+        g = go.Graph("one_outline")
+        x = g.input("x", (3,))
+        y = g.input("y", (3,))
+        g.output(op(y, x) if order else op(x, y))
+        return g
+
+    add = go.compile(graph(lambda a, b: a + b), backend="numpy")
+    assert hashed == []
+    mul = go.compile(graph(lambda a, b: a * b), backend="numpy")
+    assert mul is not add and len(hashed) == 2      # this graph's hash and the first's
+    assert go.compile(graph(lambda a, b: a + b), backend="numpy") is add
+    swapped = go.compile(graph(lambda a, b: a + b, order=True), backend="numpy")
+    assert swapped is not add
+    x, y = np.array([1.0, 2, 3]), np.array([10.0, 20, 30])
+    np.testing.assert_array_equal(mul(x, y), x * y)
+    np.testing.assert_array_equal(add(x, y), x + y)
+    assert len(hashed) == 2 + 1 + 1   # each later compile hashes its own graph only
+    assert len(compiler.cached_plans()) == 3
+
+
 def test_compile_option_errors():
     g = mlp()
     for limit in (-1, 0, float("nan"), float("inf"), True, "1GB", [1], 0.5, 1e9 + 0.5,

@@ -60,7 +60,7 @@ def test_two_thousand_distinct_plans_keep_memory_flat(monkeypatch):
     run_many(1000, 1500)
     gc.collect()
     grown, objects = rss_bytes() - base_rss, len(gc.get_objects()) - base_objects
-    assert len(compiler._CACHE) == 64
+    assert len(compiler.cached_plans()) == 64
     assert objects < 1000, f"{objects} more live objects after 1500 plans"
     assert grown < 16 << 20, f"resident memory grew by {grown / 2**20:.2f} MiB"
 
@@ -104,7 +104,7 @@ def test_dropped_plans_give_their_arenas_back():
         plans.append(p)
     assert plans[0].arena_bytes >= 8 * n
     go.compile(small_graph(10, 0), backend="numpy")   # the bound holds at every compile
-    assert sum(p.idle_arena_bytes for p in compiler._CACHE.values()) <= \
+    assert sum(p.idle_arena_bytes for p in compiler.cached_plans()) <= \
         compiler.CACHE_ARENA_BYTES
     pool = plans[0].pool
     assert pool.stats.bytes_cached <= pool.max_cached_bytes

@@ -61,12 +61,12 @@ def sliced_kernel(G, n) -> Kernel:
     slices, blocks = list(a.get("slices", ())), a.get("slice_blocks")
     most = int(a.get("slice_workers", 1))    # the slicing pass's bound for the memory limit
     operands = ir.operands(G, n)
-    shapes = [G.nodes[u]["shape"] for u in operands]
+    shapes = [G._node[u]["shape"] for u in operands]
     # the kernel's own program keeps its arenas (one per slice in flight) between calls
     program = PathContraction(eq, path or default_path(eq, shapes), keep_arenas=True)
     workspace = contraction_workspace_bytes(eq, shapes, program.path, slices, blocks,
                                             d["dtype"], most,
-                                            [G.nodes[u]["dtype"] for u in operands],
+                                            [G._node[u]["dtype"] for u in operands],
                                             contraction=program)
 
     def fn(args, out):

@@ -50,7 +50,7 @@ def _member(G, n) -> bool:
     one non-bool dtype with their operands."""
     d = G.nodes[n]
     if d["op"] not in ("einsum", "mul", "transpose") or d["dtype"] == "bool" or \
-            any(G.nodes[u]["dtype"] != d["dtype"] for u in ir.operands(G, n)):
+            any(G._node[u]["dtype"] != d["dtype"] for u in ir.operands(G, n)):
         return False
     if d["op"] == "einsum":
         return "slices" not in d["attrs"]
@@ -128,7 +128,7 @@ def merge(G, group: list[int]) -> Merged:
         terms, output = einsum_mod.split(d["attrs"]["equation"])
         sizes = {}
         for t, u in zip(terms, operands):
-            sizes.update(zip(t, G.nodes[u]["shape"]))
+            sizes.update(zip(t, G._node[u]["shape"]))
         return Merged(operands, terms, output, sizes)
     return _substituted(G, group)
 
