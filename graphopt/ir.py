@@ -120,7 +120,8 @@ def copy_graph(G: nx.MultiDiGraph) -> nx.MultiDiGraph:
     node, succ, pred = H._node, H._succ, H._pred
     for n, d in G._node.items():
         nd = dict(d)
-        nd["attrs"] = dict(d["attrs"])
+        attrs = d["attrs"]
+        nd["attrs"] = dict(attrs) if attrs else {}
         node[n] = nd
         succ[n] = {}
         pred[n] = {}
@@ -352,9 +353,12 @@ def value_key(v):
     if isinstance(v, _PLAIN):
         return v
     if isinstance(v, (tuple, list)):
-        if all(type(x) in _PLAIN_TYPES for x in v):     # a shape, axes or a path's pair
+        types = set(map(type, v))
+        if types <= _PLAIN_TYPES:     # a shape, axes or a path's pair
             return (type(v).__name__, tuple(v))
-        return (type(v).__name__, tuple(value_key(x) for x in v))
+        if types == {tuple} and all(set(map(type, x)) <= _PLAIN_TYPES for x in v):
+            return (type(v).__name__, tuple([("tuple", x) for x in v]))    # a path
+        return (type(v).__name__, tuple(map(value_key, v)))
     if isinstance(v, dict):
         return ("dict", tuple(sorted(((repr(k), value_key(x)) for k, x in v.items()),
                                      key=lambda kv: kv[0])))

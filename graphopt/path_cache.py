@@ -17,7 +17,6 @@ from collections import OrderedDict
 from typing import Sequence
 
 from . import disk_cache
-from . import path_searchers as searchers
 from .errors import GraphError
 from .paths import Steps, play
 
@@ -34,12 +33,11 @@ _lock = threading.Lock()
 def network_key(terms: Sequence[str], output: str, sizes: dict) -> str:
     """The cache key of a network: its equation with labels renamed in order of first use,
     and each label's size."""
-    names = searchers.numbered_labels(terms, output)
-    number = names.__getitem__
-    text = "|".join([str(CACHE_FORMAT), ";".join([",".join(map(str, map(number, t)))
-                                                  for t in terms]),
-                     ",".join(map(str, map(number, output))),
-                     ",".join([str(int(sizes[c])) for c in names])])
+    order = dict.fromkeys("".join(terms) + output)
+    # label k (in order of first use) written as the character 256 + k: one ``translate``
+    renamed = dict(zip(map(ord, order), map(chr, range(256, 256 + len(order)))))
+    text = "|".join([str(CACHE_FORMAT), (",".join(terms) + "->" + output).translate(renamed),
+                     ",".join(map(str, map(int, map(sizes.__getitem__, order))))])
     return hashlib.sha256(text.encode()).hexdigest()[:32]
 
 

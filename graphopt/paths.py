@@ -180,40 +180,34 @@ def left_to_right_cost(terms: Sequence[str], output: str, sizes: dict) -> tuple[
         s = play(terms, output, sizes, left_to_right(len(terms)))
         return s.flops, s.largest, s.write
     size = sizes.__getitem__
-    out = set(output)
-    # how many terms not yet contracted hold each label, plus one for the output's labels
-    held: dict = dict.fromkeys(out, 1)
-    get = held.get
-    sets = [set(t) for t in terms]
-    for ts in sets:
-        for c in ts:
-            held[c] = get(c, 0) + 1
-    for c in sets[0]:
-        held[c] -= 1
-    acc = set(sets[0])
-    acc_elems = math.prod(map(size, acc))
+    n = len(terms)
+    # the accumulated term holds a label from its first term until its last one (to the end
+    # where the output has it): each label is born once and dies once
+    first, last = {}, {}
+    for k, t in enumerate(terms):
+        for c in t:
+            if c not in first:
+                first[c] = k
+            last[c] = k
+    born: list[list] = [[] for _ in range(n)]
+    for c, k in first.items():
+        born[k].append(c)
+    dies: list[list] = [[] for _ in range(n)]    # summed away by step k (the first is 1)
+    for c, k in last.items():
+        if c not in output:
+            dies[max(k, 1)].append(c)
+    acc_elems = math.prod(map(size, born[0]))
     flops, largest, write = 0, 0, 0
-    last = len(terms) - 1
-    for k in range(1, last + 1):
-        tset = sets[k]
-        for c in tset:
-            held[c] -= 1
-        new = tset - acc
-        union_elems = acc_elems * math.prod(map(size, new)) if new else acc_elems
-        acc |= new
-        if k == last:
-            dropped = acc - out
-        else:   # a label of the accumulated term that ``t`` lacks is held as before
-            dropped = [c for c in (acc if k == 1 else tset) if not held[c]]
-        if dropped:
-            acc.difference_update(dropped)
-            acc_elems = union_elems // math.prod(map(size, dropped))
+    for k in range(1, n):
+        union_elems = acc_elems * math.prod(map(size, born[k])) if born[k] else acc_elems
+        if dies[k]:
+            acc_elems = union_elems // math.prod(map(size, dies[k]))
             flops += 2 * union_elems
         else:
             acc_elems = union_elems
             flops += union_elems
         write += acc_elems
-        if k < last and acc_elems > largest:
+        if k < n - 1 and acc_elems > largest:
             largest = acc_elems
     return flops, largest, write
 
