@@ -247,7 +247,8 @@ def compile(graph, backend: str = "auto", opt_level: int = 2, memory_limit=None,
             report = OptimizationReport.build(name=G.graph.get("name", "graph"),
                                               backend=backend_name, opt_level=opt_level,
                                               records=records, source_graph=source,
-                                              graph=optimized)
+                                              graph=optimized,
+                                              counted_flops=ctx.counted_flops)
             progress.phase(f"building the {backend_name} plan (kernels)")
             plan = backend_obj.build_plan(optimized, source, ctx, report)
             reserve = _workspace_to_reserve(plan, records, ctx)

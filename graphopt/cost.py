@@ -62,11 +62,17 @@ def node_bytes(G: nx.MultiDiGraph, n: int) -> int:
     return ins + ir.nbytes(G, n)
 
 
-def graph_flops(G: nx.MultiDiGraph) -> int:
-    """FLOPs of every node of ``G`` (``node_flops``), summed."""
+def graph_flops(G: nx.MultiDiGraph, counted: dict | None = None) -> int:
+    """FLOPs of every node of ``G`` (``node_flops``), summed. ``counted``: counts of graphs
+    no one changes any more, by identity (``PassContext.counted_flops``), read and added to."""
+    if counted is not None and id(G) in counted and counted[id(G)][0] is G:
+        return counted[id(G)][1]
     kinds = ops.OPS
-    return sum(node_flops(G, n) for n, d in G._node.items()
-               if kinds[d["op"]].kind != ops.SOURCE)
+    flops = sum(node_flops(G, n) for n, d in G._node.items()
+                if kinds[d["op"]].kind != ops.SOURCE)
+    if counted is not None:
+        counted[id(G)] = (G, flops)
+    return flops
 
 
 def itemsize(dtype: str) -> int:

@@ -46,10 +46,11 @@ class OptimizationReport:
 
     @classmethod
     def build(cls, *, name, backend, opt_level, records, source_graph,
-              graph) -> "OptimizationReport":
+              graph, counted_flops: dict | None = None) -> "OptimizationReport":
+        """``counted_flops``: the compile's ``PassContext.counted_flops``."""
         report = cls(name=name, backend=backend, opt_level=opt_level, records=list(records),
-                     flops_naive=cost.graph_flops(source_graph),
-                     flops_optimized=cost.graph_flops(graph),
+                     flops_naive=cost.graph_flops(source_graph, counted_flops),
+                     flops_optimized=cost.graph_flops(graph, counted_flops),
                      nodes_before=source_graph.number_of_nodes(),
                      nodes_after=graph.number_of_nodes(),
                      gradient=gradient_facts(source_graph, recomputation(records)))

@@ -101,3 +101,25 @@ def test_an_unknown_pass_shows_every_detail():
     from graphopt.report_text import pass_decisions
     rec = PassRecord(name="my_pass", details={"kept": [1, 2, 3], "why": "x" * 200})
     assert pass_decisions(None, rec) == ["kept: [1, 2, 3]", "why: " + "x" * 200]
+
+
+def test_a_network_compile_counts_each_graph_s_flops_once(monkeypatch):
+    """The contraction pass's before/after FLOPs and the report's are the same graphs'
+    counts (``PassContext.counted_flops``): each graph is counted once, and the figures
+    agree with a count of their own."""
+    from graphopt import cost
+
+    g = go.Graph("chain")
+    xs = [g.input(f"x{i}", (16, 16)) for i in range(4)] + [g.input("v", (16,))]
+    g.output(go.einsum("ab,bc,cd,de,e->a", *xs))     # best right to left
+    counted = []
+    real = cost.node_flops
+    monkeypatch.setattr(cost, "node_flops", lambda G, n: counted.append(id(G)) or real(G, n))
+    plan = go.compile(g, cache=False)
+    # the source graph's one einsum node: counted once for the pass's and the report's
+    # figures (the optimized graph's nodes are also counted per plan step, by lowering)
+    assert counted.count(id(plan.source_graph)) == 1
+    rec = plan.report["contraction"].details
+    assert plan.report.flops_naive == rec["flops_before"] == cost.graph_flops(plan.source_graph)
+    assert plan.report.flops_optimized == rec["flops_after"] == cost.graph_flops(plan.graph)
+    assert rec["flops_after"] < rec["flops_before"]

@@ -436,7 +436,8 @@ def contraction(G: nx.MultiDiGraph, ctx) -> PassResult:
         return best[key] if best else {"elements": 0, "bytes": 0}
 
     details = {
-        "flops_before": cost.graph_flops(G), "flops_after": cost.graph_flops(H),
+        "flops_before": cost.graph_flops(G, ctx.counted_flops),
+        "flops_after": cost.graph_flops(H, ctx.counted_flops),
         "largest_intermediate_before": largest("largest_intermediate_before"),
         "largest_intermediate_after": largest("largest_intermediate_after"),
         "path": {str(r["root"]): r["path"] for r in records if "path" in r},

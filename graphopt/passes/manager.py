@@ -65,6 +65,9 @@ class PassContext:
     # Bytes of ``memory_limit`` kept for the largest step workspace: ``compile`` sets it to
     # what a first plan's steps reported when that plan's arena fit but its peak did not.
     workspace_reserve: int = 0
+    # ``cost.graph_flops`` of this compile's graphs, by identity (each graph held with its
+    # count, so no id is reused): the contraction pass and the report count the same ones
+    counted_flops: dict = field(default_factory=dict, repr=False)
 
 
 _log = logging.getLogger(__name__)
