@@ -140,6 +140,8 @@ def _break(kind):
             d["arg"] = d["arg"] * 2
     elif kind == "arity":
         G.add_edge(x, t, arg=1)
+    elif kind == "no arg":
+        G.add_edge(x, t)
     elif kind == "shape":
         G.nodes[t]["shape"] = (4, 2)
     elif kind == "dtype":
@@ -166,7 +168,8 @@ def _break(kind):
 @pytest.mark.parametrize("kind,pattern", [
     ("cycle", "cycle"), ("non-int id", "not an int"), ("missing attr", "missing attribute"),
     ("unknown op", "unknown op 'frobnicate'"), ("args gap", "are not 0..1"),
-    ("arity", "takes 1 operand"), ("shape", r"recorded \(4, 2\) float32"),
+    ("arity", "takes 1 operand"), ("no arg", r"args \[0, None\] are not 0..1"),
+    ("shape", r"recorded \(4, 2\) float32"),
     ("dtype", "recorded .* float64 but the op's rule gives"),
     ("bad attrs", "output label 'z'"), ("unlisted input", "not listed"),
     ("input not input", "is not an input node"), ("no outputs", "no outputs"),
