@@ -58,7 +58,7 @@ def written_order_cost(eq: str, shapes: tuple) -> tuple[int, int, int]:
 
 def node_bytes(G: nx.MultiDiGraph, n: int) -> int:
     """Bytes a node reads (each distinct operand once) plus bytes it writes."""
-    ins = sum(ir.nbytes(G, u) for u in dict.fromkeys(ir.operands(G, n)))
+    ins = sum(ir.nbytes(G, u) for u in G._pred[n])     # (its distinct operands, any order)
     return ins + ir.nbytes(G, n)
 
 

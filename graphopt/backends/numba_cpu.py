@@ -254,9 +254,9 @@ def einsum_kernel(G, n, opt_level: int, form: str = "auto") -> Kernel:
 
     d = G.nodes[n]
     a = d["attrs"]
-    operands = ir.operands(G, n)
-    if a.get("slices") or len(operands) > 2:
+    if a.get("slices") or G.in_degree(n) > 2:
         return sliced_kernel(G, n)
+    operands = ir.operands(G, n)
     shapes = [tuple(G.nodes[u]["shape"]) for u in operands]
     run, impl, details, source = contraction(a["equation"], shapes, d["dtype"], opt_level,
                                              form)

@@ -50,12 +50,12 @@ def _member(G, n) -> bool:
     one non-bool dtype with their operands."""
     d = G.nodes[n]
     if d["op"] not in ("einsum", "mul", "transpose") or d["dtype"] == "bool" or \
-            any(G._node[u]["dtype"] != d["dtype"] for u in ir.operands(G, n)):
+            any(G._node[u]["dtype"] != d["dtype"] for u in G._pred[n]):
         return False
     if d["op"] == "einsum":
         return "slices" not in d["attrs"]
     if d["op"] == "mul":
-        return any(G.nodes[u]["shape"] == () for u in ir.operands(G, n))
+        return any(G._node[u]["shape"] == () for u in G._pred[n])
     return True     # a transpose
 
 
@@ -402,7 +402,8 @@ def contraction(G: nx.MultiDiGraph, ctx) -> PassResult:
         rd = G.nodes[root]
         operands = [replaced.get(u, u) for u in m.operands]
         one_node = rec["decision"] == "needs slicing" or ctx.whole_contraction
-        if one_node and group == [root] and operands == ir.operands(G, root):
+        # (``merge`` read a group of one einsum's operands from ``G``: ``m.operands``)
+        if one_node and group == [root] and operands == m.operands:
             # one einsum stays one node, now with its path: the node itself is kept (its
             # operand edges, often hundreds, are not rebuilt); verification re-infers it
             nd = H.nodes[root]
