@@ -255,6 +255,7 @@ def compile(graph, backend: str = "auto", opt_level: int = 2, memory_limit=None,
             if reserve is None:
                 break
             ctx.workspace_reserve = reserve
+    ctx.counted_flops.clear()      # (the graphs it holds are the plan's or garbage now)
     _check_predicted_peak(plan, memory_limit, recomputation(records))
     report.attach_plan(plan)
     report.compile_seconds = time.perf_counter() - t0

@@ -38,7 +38,7 @@ class GemmPlan:
         """``run_gemm``'s view of a step, worked out once: the shapes of A, B and C as
         (batched) matrices, ``(B, M, K)``, ``(B, K, N)`` and ``(B, M, N)`` without a batch
         of 1, and whether A's and B's permutations move any axis (a network's program
-        runs hundreds of small GEMMs a call: 2.2 -> 1.7 us a step)."""
+        runs hundreds of small GEMMs a call: 2.2 -> 1.9 us a step)."""
         B, M, K, N = self.bmkn
         lead = (B,) if B != 1 else ()
         return (lead + (M, K), lead + (K, N), lead + (M, N),

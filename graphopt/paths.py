@@ -193,8 +193,9 @@ def left_to_right_cost(terms: Sequence[str], output: str, sizes: dict) -> tuple[
     for c, k in first.items():
         born[k].append(c)
     dies: list[list] = [[] for _ in range(n)]    # summed away by step k (the first is 1)
+    out = set(output)
     for c, k in last.items():
-        if c not in output:
+        if c not in out:
             dies[max(k, 1)].append(c)
     acc_elems = math.prod(map(size, born[0]))
     flops, largest, write = 0, 0, 0
