@@ -21,9 +21,9 @@ import numpy as np
 
 from . import ir, progress
 from .backends import BACKENDS, get_backend
+from .einsum_groups import contraction_only
 from .errors import GraphError
 from .graph import Graph
-from .passes.contraction import contraction_only
 from .passes.manager import (
     CONTRACTION_ONLY_PIPELINE,
     PASS_OPTIONS,

@@ -9,11 +9,13 @@ import pytest
 
 import graphopt as go
 from graphopt import cost, ir
+from graphopt.einsum import label
+from graphopt.einsum_groups import find_groups
 from graphopt.errors import GraphError
 from graphopt.interpreter import run_graph
 from graphopt.passes import PassContext
-from graphopt.passes.contraction import contraction, find_groups, label, merge
-from graphopt.paths import left_to_right, play
+from graphopt.passes.contraction import contraction
+from graphopt.paths import left_to_right
 
 
 def run(g, **ctx):
@@ -176,18 +178,6 @@ def test_multi_operand_einsum_is_split_pairwise(rng):
     assert_same(G, H, rng)
 
 
-def test_not_merged_outputs_shared_mixed_dtype():
-    g = go.Graph("blocked")
-    A, B = g.input("A", (5, 5)), g.input("B", (5, 5))
-    F = g.input("F", (5, 5), "float32")
-    shared = A @ B                       # two users
-    out = A @ A                          # a graph output
-    mixed = F @ F                        # float32 into a float64 einsum
-    g.output((shared @ B, shared @ A, out @ B, out, mixed @ A))
-    groups = find_groups(g.to_ir())
-    assert all(len(gr) == 1 for gr in groups)
-
-
 def test_optimize_choices_and_invalid():
     g = bad_chain(20)
     for opt in ("optimal", "dp", "branch-2", opt_einsum.paths.DynamicProgramming()):
@@ -210,16 +200,6 @@ def test_labels_beyond_ascii_are_letters():
     assert [label(i) for i in range(3)] == ["a", "b", "c"]
     assert all(label(i).isalpha() for i in range(600))
     assert len({label(i) for i in range(600)}) == 600
-
-
-def test_merge_and_play_agree_with_opt_einsum():
-    g = bad_chain(7)
-    G = g.to_ir()
-    (group,) = find_groups(G)
-    m = merge(G, group)
-    path, info = opt_einsum.contract_path(m.equation, *(G.nodes[u]["shape"] for u in m.operands),
-                                          shapes=True, optimize="optimal")
-    assert play(m.terms, m.output, m.sizes, path).flops == info.opt_cost
 
 
 def chain_graph(n_ops, d=3):
@@ -283,38 +263,13 @@ def test_compile_reports_contraction(rng):
     np.testing.assert_allclose(plan(*arrays), A @ B @ C @ v, rtol=1e-9)
 
 
-@pytest.mark.parametrize("eq, shapes", [
-    ("xy,yz,zw->xw", [(2, 3), (3, 4), (4, 5)]),
-    ("ij,jk,kl->", [(2, 3), (3, 4), (4, 2)]),
-    ("iij,jk,k->ik", [(3, 3, 4), (4, 5), (5,)]),      # a diagonal
-    ("ba,cb,dc->ad", [(3, 2), (4, 3), (2, 4)]),       # labels not in first-use order
-    ("i,j,k->kji", [(2,), (3,), (4,)]),               # an outer product, output permuted
-])
-def test_merging_one_einsum_is_the_general_substitution(eq, shapes):
-    # ``merge`` takes a lone einsum's own equation (tensor networks: hundreds of operands);
-    # it must be what substituting the group's equations gives, up to the labels' names
-    from graphopt.einsum import first_use_equation
-    from graphopt.passes.contraction import _substituted
-    g = go.Graph("one")
-    g.output(go.einsum(eq, *[g.input(f"x{i}", s) for i, s in enumerate(shapes)]))
-    G = g.to_ir()
-    (group,) = find_groups(G)
-    fast, general = merge(G, group), _substituted(G, group)
-    assert fast.equation == G.nodes[group[0]]["attrs"]["equation"]
-    assert fast.operands == general.operands
-    assert first_use_equation(fast.terms, fast.output) == \
-        first_use_equation(general.terms, general.output)
-    rename = dict(zip("".join(fast.terms), "".join(general.terms)))
-    assert {rename[c]: d for c, d in fast.sizes.items()} == general.sizes
-
-
 @pytest.mark.parametrize("seed", range(4))
 def test_the_written_order_of_a_network_is_counted_once_by_one_rule(seed):
     # the pass weighs a lone einsum's written order by ``cost.written_order_cost``, the
     # memo that counting the node's FLOPs reads: the same figures as counting it afresh
     from opt_einsum.testing import rand_equation
 
-    from graphopt.passes.contraction import find_groups, user_cost
+    from graphopt.passes.contraction import user_cost
     from graphopt.paths import left_to_right_cost, split_equation
 
     eq, shapes = rand_equation(12, 3, seed=seed, d_min=2, d_max=4)

@@ -9,9 +9,9 @@ import pytest
 
 import graphopt as go
 from graphopt import ir
+from graphopt.einsum import label
 from graphopt.errors import GraphError
 from graphopt.passes import PassContext
-from graphopt.passes.contraction import label
 from graphopt.passes.slicing import SLICE_HEADROOM, slicing
 from graphopt.paths import default_path, play
 from graphopt.sliced_contraction import (
