@@ -129,11 +129,10 @@ def _operand_matrices(p: GemmPlan, shapes) -> list[tuple[tuple, bool, bool]]:
     """Per GEMM operand (A, then B): its shape after the pre-sums, whether it was pre-summed,
     and whether its transposed matrix is a free view (else ``run_gemm`` copies it)."""
     a, b = (shapes[1], shapes[0]) if p.swapped else (shapes[0], shapes[1])
-    B, M, K, N = p.bmkn
-    lead = (B,) if B != 1 else ()
+    shape_a, shape_b = p.matrices[:2]
     out = []
-    for s, drop, perm, groups in ((a, p.sum_a, p.perm_a, lead + (M, K)),
-                                  (b, p.sum_b, p.perm_b, lead + (K, N))):
+    for s, drop, perm, groups in ((a, p.sum_a, p.perm_a, shape_a),
+                                  (b, p.sum_b, p.perm_b, shape_b)):
         kept = tuple(d for i, d in enumerate(s) if i not in drop)
         out.append((kept, bool(drop), view_is_free(kept, perm, groups)))
     return out
@@ -208,11 +207,10 @@ def operand_scratch(plan: GemmPlan, layouts, itemsize: int) -> tuple[int, tuple]
     """``(bytes run_gemm allocates for its operands, the product's element strides in the
     result's label order)`` for operands of ``layouts`` (shape, element strides)."""
     a, b = (layouts[1], layouts[0]) if plan.swapped else layouts
-    B, M, K, N = plan.bmkn
-    lead = (B,) if B != 1 else ()
+    shape_a, shape_b = plan.matrices[:2]
     held = 0
-    for (shape, strides), drop, perm, groups in ((a, plan.sum_a, plan.perm_a, lead + (M, K)),
-                                                 (b, plan.sum_b, plan.perm_b, lead + (K, N))):
+    for (shape, strides), drop, perm, groups in ((a, plan.sum_a, plan.perm_a, shape_a),
+                                                 (b, plan.sum_b, plan.perm_b, shape_b)):
         if drop:
             shape, strides = _reduced_strides(shape, strides, drop)
             held += math.prod(shape) * itemsize

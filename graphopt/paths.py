@@ -154,13 +154,8 @@ def _counted(terms: tuple, output: str, path: tuple, sizes: tuple) -> tuple[int,
         write += elements
         if k < last and elements > largest:
             largest = elements
-        if len(picked) == 2:    # ``step_flops`` of a pair, inline: the hot case
-            labels = set(picked[0])
-            labels.update(picked[1])
-            flops += math.prod(map(size, labels)) * (1 if labels.issubset(result) else 2)
-        else:
-            labels = set("".join(picked))
-            flops += step_flops(labels, not labels.issubset(result), len(picked), sizes)
+        labels = set("".join(picked))
+        flops += step_flops(labels, not labels.issubset(result), len(picked), sizes)
     return flops, largest, write
 
 
