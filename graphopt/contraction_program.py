@@ -79,8 +79,7 @@ class ProgramStep(NamedTuple):
         """The step's place in ``arena`` (C-contiguous, the result's shape), or None."""
         if self.offset is None:
             return None
-        n = math.prod(self.shape) * dtype.itemsize
-        return arena[self.offset:self.offset + n].view(dtype).reshape(self.shape)
+        return np.ndarray(self.shape, dtype, arena, self.offset)
 
     def run(self, operands: list, out, matmul: Callable | None, buf=None):
         """The step's result: into ``out`` where given (C-contiguous, the result's shape and
@@ -249,8 +248,7 @@ class PathContraction:
         self.path = [tuple(p) for p in path]
         self.keep_arenas = keep_arenas
         self.terms, self.output = split(equation)
-        self._programs: dict = {}
-        self._called: dict = {}          # (shapes, byte strides, dtype) -> program
+        self._programs: dict = {}        # (shapes, byte strides, dtype) -> program
         self._idle: list = []            # arenas kept for the next calls
         self._lock = threading.Lock()
 
@@ -266,7 +264,11 @@ class PathContraction:
         shapes = tuple(map(tuple, shapes))
         strides = tuple(map(tuple, strides)) if strides is not None else \
             tuple(c_strides(s) for s in shapes)
-        key = (shapes, strides, np.dtype(dtype).str)
+        dtype = np.dtype(dtype)
+        # keyed as a call finds it (its arrays' shapes and byte strides): the first call
+        # finds the program compile planned without converting its operands' strides
+        key = (shapes, tuple([tuple([s * dtype.itemsize for s in t]) for t in strides]),
+               dtype.str)
         prog = self._programs.get(key)
         if prog is None:
             squeezed = squeeze_ones(self.terms, self.output, shapes, strides)
@@ -310,10 +312,10 @@ class PathContraction:
         # contraction's slices, to 130 KB)
         key = (tuple([a.shape for a in current]), tuple([a.strides for a in current]),
                dtype.str)
-        prog = self._called.get(key)
+        prog = self._programs.get(key)
         if prog is None:
-            prog = self._called[key] = self.program(
-                key[0], dtype, [[s // dtype.itemsize for s in t] for t in key[1]])
+            prog = self.program(key[0], dtype, [[s // dtype.itemsize for s in t]
+                                                for t in key[1]])
         into = out
         if prog.squeeze is not None:      # views: only dims of size 1 go
             current = [a.reshape(s) for a, s in zip(current, prog.squeeze[0])]
