@@ -36,7 +36,7 @@ from typing import Callable, NamedTuple, Sequence
 import numpy as np
 
 from .einsum import evaluate, first_use_equation, promote_operands, split, to_ascii
-from .gemm import BLAS_DTYPES, GemmPlan, c_strides, gemm_plan, operand_scratch, run_gemm
+from .gemm import BLAS_DTYPES, GemmPlan, c_strides, operand_scratch, pair_gemm_plan, run_gemm
 from .liveness import assign_arena_offsets, stacked_offsets
 from .paths import label_sizes, play_path
 
@@ -139,7 +139,7 @@ def _plan_step(equation: str, in_shapes: tuple, blas: bool) -> tuple[str, tuple,
     shape = tuple(map(size.__getitem__, result))
     plan = None
     if blas and len(terms) == 2 and uniform:
-        plan = gemm_plan(equation, in_shapes)
+        plan = pair_gemm_plan(terms[0], terms[1], result, size)
         if plan is not None and plan.bmkn[2] == 1:
             # nothing summed: an outer or broadcast product, which np.einsum writes 3x
             # faster than as batched GEMMs of K = 1 (128 of 64x1 @ 1x64: 0.22 vs 0.71 ms)
