@@ -7,11 +7,11 @@ operand-shape signature, each step is planned once:
 
 - a pairwise step on a BLAS dtype whose labels map onto a (batched) matrix product that
   sums something is one GEMM (``gemm.gemm_plan``, run by ``gemm.run_gemm`` with the
-  caller's ``matmul``);
-- any other step is ``np.einsum`` on the step's own equation: an outer or broadcast product
-  (nothing summed), a trace or diagonal, a size-1 label broadcast against a larger one, a
-  one-operand step, integer, bool or float16 operands. A step over more than two operands
-  is ``einsum.evaluate``'s.
+  caller's ``matmul``), unless it is smaller than ``SMALL_STEP_WORK``;
+- any other step is ``np.einsum`` on the step's own equation: a small step, an outer or
+  broadcast product (nothing summed), a trace or diagonal, a size-1 label broadcast
+  against a larger one, a one-operand step, integer, bool or float16 operands. A step over
+  more than two operands is ``einsum.evaluate``'s.
 
 Intermediates live in one arena whose offsets are assigned over the steps' lifetimes
 (``liveness.assign_arena_offsets``, as the memory pass assigns a plan's), or back to back
@@ -55,6 +55,13 @@ OBJECT_BYTES_PER_OPERAND = 128
 # (1.9 of the 3.6 ms a 198-step circuit's program took to plan, to save 38 KB; 0.7-0.9 ms
 # of a 150-tensor tree's compile, to save 29 KB).
 UNSHARED_ARENA_BYTES = 1 << 17
+
+
+# A pair step of fewer multiply-adds than this runs on np.einsum, not as a GEMM: its call
+# costs less than run_gemm's views and matmul call (measured over the 700 such steps of
+# seven networks of benchmarks/networks.py: 0.66-0.81x the GEMM's time by median, 0.87x at
+# most; at 128-255 up to 1.13x, above 256 up to 2.5x), and planning it costs no GEMM plan
+SMALL_STEP_WORK = 128
 
 
 class ProgramStep(NamedTuple):
@@ -138,7 +145,7 @@ def _plan_step(equation: str, in_shapes: tuple, blas: bool) -> tuple[str, tuple,
                 size[c] = 0 if 0 in (e, d) else max(e, d)
     shape = tuple(map(size.__getitem__, result))
     plan = None
-    if blas and len(terms) == 2 and uniform:
+    if blas and len(terms) == 2 and uniform and math.prod(size.values()) >= SMALL_STEP_WORK:
         plan = pair_gemm_plan(terms[0], terms[1], result, size)
         if plan is not None and plan.bmkn[2] == 1:
             # nothing summed: an outer or broadcast product, which np.einsum writes 3x

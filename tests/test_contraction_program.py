@@ -9,7 +9,12 @@ import opt_einsum
 import pytest
 from opt_einsum.testing import rand_equation
 
-from graphopt.contraction_program import UNSHARED_ARENA_BYTES, PathContraction, plan_program
+from graphopt.contraction_program import (
+    SMALL_STEP_WORK,
+    UNSHARED_ARENA_BYTES,
+    PathContraction,
+    plan_program,
+)
 from graphopt.einsum import split
 from graphopt.gemm import _reduced_strides, reshape_is_view
 from graphopt.liveness import ALIGN
@@ -50,9 +55,17 @@ def _check(eq, arrays, path, **kw):
     return got
 
 
+# Every test here plans a GEMM for every pair step that maps onto one, however small (the
+# arrays are), except where a test asks for the default (conftest's ``small_steps``).
+pytestmark = pytest.mark.usefixtures("gemm_every_step")
+
+
+@pytest.mark.parametrize("form", ["gemm", "small steps on np.einsum"])
 @pytest.mark.parametrize("seed", range(40))
 @pytest.mark.parametrize("optimize", ["greedy", "optimal"])
-def test_random_equations_along_opt_einsum_paths(seed, optimize):
+def test_random_equations_along_opt_einsum_paths(seed, optimize, form, request):
+    if form != "gemm":
+        request.getfixturevalue("small_steps")
     eq, shapes = rand_equation(3 + seed % 5, 2 + seed % 3, seed=seed, d_min=1, d_max=4,
                                n_out=seed % 3, return_size_dict=False)
     dtype = ["float64", "float32", "complex128", "complex64", "int64", "int8"][seed % 6]
@@ -88,6 +101,18 @@ def test_gemm_steps_on_blas_dtypes_and_einsum_steps_elsewhere():
     broadcast = plan_program(terms, out, [(0, 1), (0, 1)], [(2, 1), (3, 4), (4, 5)],
                              "float64").steps
     assert broadcast[0].gemm is None and broadcast[1].gemm is not None
+
+
+def test_pair_steps_smaller_than_small_step_work_run_on_np_einsum(small_steps):
+    # 'ij,jk->ik' of 4x4 by 4x4 is 64 multiply-adds: np.einsum; 'ik,kl->il' of 4x4 by 4x16,
+    # 256: a GEMM
+    terms, out = split("ij,jk,kl->il")
+    assert SMALL_STEP_WORK == 128
+    steps = plan_program(terms, out, [(0, 1), (0, 1)], [(4, 4), (4, 4), (4, 16)],
+                         "float64").steps
+    assert steps[0].gemm is None and steps[0].scratch == 0 and steps[1].gemm is not None
+    arrays = _arrays([(4, 4), (4, 4), (4, 16)], "float64", 5)
+    _check("ij,jk,kl->il", arrays, [(0, 1), (0, 1)])
 
 
 def test_out_receives_the_result_where_it_can():

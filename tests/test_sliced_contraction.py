@@ -19,6 +19,10 @@ from graphopt.sliced_contraction import (  # noqa: E402
     splits_result,
 )
 
+# Every test runs twice: every GEMM-shaped pair step a GEMM (the arrays are small), then
+# graphopt's default (small pair steps on np.einsum).
+pytestmark = pytest.mark.usefixtures("pair_step_form")
+
 # ---------------------------------------------------------------------------- executor
 
 

@@ -18,6 +18,10 @@ from graphopt.sliced_contraction import (
     contraction_workspace_bytes,
 )
 
+# Every test runs twice: every GEMM-shaped pair step a GEMM (the arrays are small), then
+# graphopt's default (small pair steps on np.einsum).
+pytestmark = pytest.mark.usefixtures("pair_step_form")
+
 
 def grid_equation(rows: int, cols: int) -> str:
     """A closed rows x cols lattice tensor network (PEPS norm-like), contracted to a scalar."""
