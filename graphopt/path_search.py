@@ -44,7 +44,9 @@ took 0.8-1.1 s.
 Paths are kept by the network's structure and sizes (``path_cache``: in this process and
 on disk beside the kernels), so a second compile or a second process does no search. An
 entry is used when it was searched with at least the budget now asked for; a corrupt
-entry, or one whose path does not fit the network, is dropped and searched again.
+entry, or one whose path does not fit the network, is dropped and searched again. A path
+that nothing but cotengrust's greedy found is kept in this process only: a later process
+finds it again in about the time reading an entry takes.
 """
 
 from __future__ import annotations
@@ -97,6 +99,7 @@ class _Search:
         self.time_budget, self.t0 = time_budget, time.perf_counter()
         self.best = self.first = None
         self.greedy = "greedy"         # the start's name
+        self.python_greedy = False     # whether opt_einsum's greedy ran
         self.counted = SearchSteps(terms, self.budget)
         self.cotengra = searchers.cotengra_available()
         # (path, subtree size, "best", "start" or "random": which step) of each one run
@@ -153,6 +156,7 @@ class _Search:
             rust_greedy(rust[0])
         if self.first is None or counted.pays_for_trial():
             counted.count(counted.trial_seconds())
+            self.python_greedy = True
             begin_with(searchers.greedy(*net), "greedy")
             for costmod in rust[1:]:     # a budget that paid for that pays for these
                 if counted.pays_for(fast):
@@ -308,8 +312,12 @@ class _Search:
             name += f", then {searchers.HyperTrials.name}"
         return name
 
+    def only_fast_greedy(self) -> bool:
+        """Whether nothing but cotengrust's greedy ran (a fraction of a millisecond)."""
+        return not self.python_greedy and self.searcher() == self.greedy
+
     def record(self) -> dict:
-        return {"searcher": self.searcher(),
+        return {"searcher": self.searcher(), "only_fast_greedy": self.only_fast_greedy(),
                 "trials": self.rust_trials + self.oe_trials + self.hyper_trials,
                 "seconds": round(self.elapsed(), 4), "budget_seconds": self.budget(),
                 "estimated_run_seconds": estimated_seconds(self.best),
@@ -353,7 +361,9 @@ def find_path(terms: Sequence[str], output: str, sizes: dict,
     default budget), and a record:
     searcher, trials, seconds, budget_seconds, estimated_run_seconds, greedy (the start:
     "cotengrust greedy (costmod c)" or opt_einsum's "greedy"), greedy_combo, greedy_flops,
-    combo, and ``cache`` ("hit", "miss" or "off")."""
+    combo, only_fast_greedy (nothing but cotengrust's greedy ran), ``cache`` ("hit", "miss"
+    or "off") and, on a miss, where the path is ``kept``: "disk" (and this process), or
+    "this process" only where nothing but cotengrust's greedy ran."""
     terms, sizes = list(terms), {c: int(s) for c, s in sizes.items()}
     check_time_budget(time_budget)
     if not cache:
@@ -381,5 +391,10 @@ def find_path(terms: Sequence[str], output: str, sizes: dict,
              "greedy": rec["greedy"], "greedy_combo": rec["greedy_combo"],
              "greedy_flops": rec["greedy_flops"],
              "combo": steps.combo}
+    if kept is None and rec["only_fast_greedy"]:
+        # found again as fast as an entry is read, and writing one costs more (0.35 ms of
+        # a 200-tensor network's 7.4 ms first compile): kept in this process only
+        path_cache.remember(key, steps, entry)
+        return steps, dict(rec, cache="miss", kept="this process")
     path_cache.store(key, steps, entry)
-    return steps, dict(rec, cache="miss")
+    return steps, dict(rec, cache="miss", kept="disk")

@@ -23,14 +23,27 @@ def network(n, seed):
     return terms, output, {c: s for t, sh in zip(terms, shapes) for c, s in zip(t, sh)}
 
 
+# A budget that pays for more than cotengrust's greedy on these networks: a path found by
+# that greedy alone is kept in this process only (test_a_greedy_path_is_kept_in_this_...)
+SEARCHED = 0.005
+
+
+def searched(terms, output, sizes):
+    """``find_path`` with ``SEARCHED`` seconds: a path the disk cache keeps."""
+    steps, rec = path_search.find_path(terms, output, sizes, time_budget=SEARCHED)
+    assert rec["cache"] == "hit" or not rec["only_fast_greedy"]
+    return steps, rec
+
+
 def test_second_search_is_a_cache_hit_in_this_process_and_on_disk(cache_dir):
     terms, output, sizes = network(20, 1)
-    first, rec1 = path_search.find_path(terms, output, sizes)
-    second, rec2 = path_search.find_path(terms, output, sizes)
-    assert rec1["cache"] == "miss" and rec2["cache"] == "hit" and rec2["trials"] == 0
+    first, rec1 = searched(terms, output, sizes)
+    second, rec2 = searched(terms, output, sizes)
+    assert rec1["cache"] == "miss" and rec1["kept"] == "disk"
+    assert rec2["cache"] == "hit" and rec2["trials"] == 0
     assert second.path == first.path
     path_cache.clear_memo()
-    third, rec3 = path_search.find_path(terms, output, sizes)
+    third, rec3 = path_search.find_path(terms, output, sizes)     # (a smaller budget)
     assert rec3["cache"] == "hit" and third.path == first.path
     files = list(cache_dir.glob("path_*.json"))
     assert len(files) == 1
@@ -48,7 +61,7 @@ def test_the_disk_cache_is_pruned_at_the_first_write_then_every_so_many(cache_di
     counts = []
     for seed in range(7):
         terms, output, sizes = network(6, seed)
-        path_search.find_path(terms, output, sizes, time_budget=0)
+        searched(terms, output, sizes)
         counts.append(len(list(cache_dir.glob("path_*.json"))))
     # the first write prunes to 3 (the oldest go first), the next four add to it, the
     # sixth prunes again
@@ -73,16 +86,34 @@ def test_relabelled_network_shares_the_entry(cache_dir):
 
 def test_a_second_process_finds_the_path_in_the_cache(cache_dir):
     terms, output, sizes = network(20, 3)
-    path_search.find_path(terms, output, sizes)
+    searched(terms, output, sizes)
+    cache, path = _in_a_second_process(terms, output, sizes, cache_dir)
+    kept = path_search.find_path(terms, output, sizes)[0]
+    assert cache == "hit" and path == [list(p) for p in kept.path]
+
+
+def _in_a_second_process(terms, output, sizes, cache_dir):
+    """``find_path``'s (cache, path) in a new process at the default budget."""
     code = ("import json, sys; from graphopt import path_search as p; "
             "a = json.loads(sys.argv[1]); s, r = p.find_path(a[0], a[1], a[2]); "
             "print(json.dumps([r['cache'], [list(x) for x in s.path]]))")
     out = subprocess.run([sys.executable, "-c", code, json.dumps([terms, output, sizes])],
                          capture_output=True, text=True, check=True,
                          env=dict(os.environ, GRAPHOPT_CACHE_DIR=str(cache_dir)))
-    cache, path = json.loads(out.stdout)
-    kept = path_search.find_path(terms, output, sizes)[0]
-    assert cache == "hit" and path == [list(p) for p in kept.path]
+    return json.loads(out.stdout)
+
+
+def test_a_greedy_path_is_kept_in_this_process_only(cache_dir):
+    # nothing but cotengrust's greedy ran (the default budget of a network that runs in
+    # microseconds): a later process finds it again as fast as it would read it
+    terms, output, sizes = network(20, 3)
+    steps, rec = path_search.find_path(terms, output, sizes)
+    assert rec["only_fast_greedy"] and rec["cache"] == "miss"
+    assert rec["kept"] == "this process" and not list(cache_dir.glob("path_*.json"))
+    again, rec2 = path_search.find_path(terms, output, sizes)
+    assert rec2["cache"] == "hit" and again.path == steps.path
+    cache, path = _in_a_second_process(terms, output, sizes, cache_dir)
+    assert cache == "miss" and path == [list(p) for p in steps.path]
 
 
 @pytest.mark.parametrize("garbage", ["{not json", json.dumps({"path": "x"}),
@@ -95,7 +126,22 @@ def test_a_corrupt_or_wrong_entry_is_dropped_and_searched_again(garbage, cache_d
     disk_cache._warned.clear()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        steps, rec = path_search.find_path(terms, output, sizes)
+        steps, rec = searched(terms, output, sizes)
     assert rec["cache"] == "miss" and steps.pairwise
     doc = json.loads((cache_dir / f"path_{key}.json").read_text())
     assert doc["path"] == [list(p) for p in steps.path]
+
+
+def test_the_report_says_a_greedy_path_is_kept_in_this_process_only(cache_dir):
+    import graphopt as go
+    from graphopt import compiler
+
+    terms, output, sizes = network(20, 5)
+    g = go.Graph("small_network")
+    ins = [g.input(f"t{i}", tuple(sizes[c] for c in t)) for i, t in enumerate(terms)]
+    g.output(go.einsum(",".join(terms) + "->" + output, *ins))
+    compiler.clear_cache()
+    text = str(go.compile(g).report)
+    assert "path cache miss (kept in this process only: a greedy path)" in text
+    compiler.clear_cache()
+    assert "path cache hit" in str(go.compile(g).report)
