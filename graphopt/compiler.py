@@ -112,7 +112,7 @@ def resolve_backend(backend: str) -> str:
 
 def _as_ir(graph) -> nx.MultiDiGraph:
     if isinstance(graph, Graph):
-        return graph.to_ir()
+        return graph._ir_for_compile()
     if isinstance(graph, nx.MultiDiGraph):
         G = ir.copy_graph(graph)
         ir.verify(G)

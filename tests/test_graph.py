@@ -303,3 +303,26 @@ def test_dtypes_numpy_cannot_parse_or_graphopt_does_not_support_are_dtype_errors
         g.input("x", (2,), dtype)
     with pytest.raises(go.DTypeError, match="dtype"):
         go.astype(g.input("y", (2,), "float32"), dtype)
+
+
+def test_compile_holds_the_built_graph_until_building_goes_on():
+    # compile takes the builder's IR without a copy; building on copies it first, so the
+    # plan's source graph never changes, and neither does an earlier plan's result
+    g = go.Graph("lent")
+    x = g.input("x", (3,))
+    y = x * 2.0
+    g.output(y)
+    plan = go.compile(g, backend="numpy", cache=False)
+    assert plan.source_graph is g._ir and g._lent
+    before = plan.source_graph.number_of_nodes()
+    z = y + 1.0                      # building goes on: the builder copies first
+    g.output(z)
+    assert not g._lent and g._ir is not plan.source_graph
+    assert plan.source_graph.number_of_nodes() == before
+    assert plan.source_graph.graph["outputs"] == [y.id]
+    np.testing.assert_allclose(plan(np.ones(3)), [2.0, 2.0, 2.0])
+    np.testing.assert_allclose(go.compile(g, backend="numpy", cache=False)(np.ones(3)),
+                               [3.0, 3.0, 3.0])
+    ir = g.to_ir()                   # a copy, which building does not change either
+    g.output(x)
+    assert ir.graph["outputs"] == [z.id]
