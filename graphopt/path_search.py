@@ -17,7 +17,8 @@ budget pays for, is decided here:
    combo cost than the greedy start on the lattice, PEPS and MPO networks of
    benchmarks/networks.py, in 6-17 ms);
 4. random-greedy trials within ``TRIAL_SHARE`` of the budget: cotengrust's in batches
-   (without cotengrust, opt_einsum's);
+   whose trials cost at least what playing the batch's best path does (without
+   cotengrust, opt_einsum's);
 5. the reconfiguration of the trials' other cheapest paths (``RECONF_STARTS``): it ranks
    paths differently from their own costs;
 6. the reconfiguration again, of a better path steps 4 and 5 found;
@@ -250,7 +251,10 @@ class _Search:
                 break     # (the pairs need counting only where a trial may fit)
             k = min(RUST_BATCH, RUST_MAX_TRIALS - self.rust_trials,
                     int((room() - per_batch) / counted.rust_trial_seconds()))
-            if k < 1:
+            if k < 1 or k * counted.rust_trial_seconds() < per_batch:
+                # a batch whose trials cost less than playing its best path is mostly
+                # overhead (the one trial the budget of the 120-tensor MPS norm of
+                # benchmarks/networks.py paid for: 1.0 of its 1.5 ms search, no better path)
                 break
             self._rust_batch(k)
         # opt_einsum's trials are the same kind, a hundred times slower: only without
