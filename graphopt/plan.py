@@ -97,7 +97,8 @@ class Plan(StepsIntrospection):
         ins = graph.graph["inputs"]
         nodes = graph._node
         self._names = tuple(nodes[i]["name"] for i in ins)
-        self._signature = tuple((np.dtype(nodes[i]["dtype"]), tuple(nodes[i]["shape"]))
+        dtypes = {d: np.dtype(d) for d in {nodes[i]["dtype"] for i in ins}}
+        self._signature = tuple((dtypes[nodes[i]["dtype"]], tuple(nodes[i]["shape"]))
                                 for i in ins)
         self._free: list[_Arena] = []
         self._lock = threading.Lock()
