@@ -10,21 +10,33 @@ from __future__ import annotations
 
 _set_to: int | None = None       # what graphopt set BLAS to (None: the user's own)
 _user: list | None = None        # the user's BLAS thread counts while graphopt holds it
-_libs = None                     # threadpoolctl controllers of the loaded BLAS libraries
+
+
+def _list_blas() -> list:
+    from threadpoolctl import ThreadpoolController
+
+    return ThreadpoolController().select(user_api="blas").lib_controllers
 
 
 def controllers():
-    """threadpoolctl's controllers of the BLAS libraries loaded, listed once: a listing
-    costs 1-6 ms (threadpoolctl resolves the path of every loaded library), more than a
-    small plan call. graphopt calls no BLAS but NumPy's (``np.matmul``, ``np.einsum``),
-    loaded with NumPy before graphopt, so a BLAS another import brings later (scipy's
-    OpenBLAS, torch's MKL) never runs in a graphopt call and needs no limit."""
+    """threadpoolctl's controllers of the BLAS libraries loaded, listed once, when graphopt
+    is imported: a listing costs 3-6 ms (threadpoolctl resolves the path of every loaded
+    library), more than a small plan call, and made at a plan call's first large GEMM it
+    held the thread lock of every call that long. graphopt calls no BLAS but NumPy's
+    (``np.matmul``, ``np.einsum``), loaded with NumPy before graphopt, so a BLAS another
+    import brings later (scipy's OpenBLAS, torch's MKL) never runs in a graphopt call and
+    needs no limit. (Where the listing fails at import, the first call lists again and
+    raises what it raises.)"""
     global _libs
     if _libs is None:
-        from threadpoolctl import ThreadpoolController
-
-        _libs = ThreadpoolController().select(user_api="blas").lib_controllers
+        _libs = _list_blas()
     return _libs
+
+
+try:
+    _libs = _list_blas()
+except Exception:        # (listed again where a call needs it: the error is raised there)
+    _libs = None
 
 
 def set_to() -> int | None:
