@@ -67,11 +67,12 @@ def _play_path_memo(terms: tuple, output: str, path: tuple) -> tuple:
             del current[j]
             del current[i]
             picked = (a, b)
-            for c in once.get(a, a):
+            union = a + b
+            if once:
+                union = once.get(a, a) + once.get(b, b)
+            for c in union:
                 held[c] -= 1
-            for c in once.get(b, b):
-                held[c] -= 1
-            inds, union = (i, j), a + b
+            inds = (i, j)
         else:
             inds = tuple(sorted(inds))
             if not (inds and inds[0] >= 0 and inds[-1] < n and len(set(inds)) == len(inds)):
