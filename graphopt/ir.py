@@ -270,11 +270,16 @@ def _verify_node(G, n, d: dict, pass_name: str | None, where: str) -> None:
 
 def _verify_inputs_and_outputs(G, pass_name: str | None, where: str) -> None:
     ins = G.graph.get("inputs", [])
+    nodes = G._node
     for i in ins:
-        if i not in G or G._node[i]["op"] != "input":
+        try:
+            d = nodes.get(i)
+        except TypeError:       # (an unhashable id is no node)
+            d = None
+        if d is None or d["op"] != "input":
             raise GraphError(f"graph input {i!r} is not an input node{where}")
     listed = set(ins)
-    for n, d in G._node.items():
+    for n, d in nodes.items():
         if d["op"] == "input" and n not in listed:
             _fail(G, n, "input node is not listed in the graph's inputs", pass_name)
     outs = G.graph.get("outputs", [])
