@@ -237,7 +237,7 @@ def compile(graph, backend: str = "auto", opt_level: int = 2, memory_limit=None,
     ctx = PassContext(opt_level=opt_level, memory_limit=memory_limit, optimize=optimize,
                       backend=backend_name, options=dict(options), debug=bool(debug),
                       whole_contraction=whole)
-    source = G   # ``G`` is compile's own copy, and passes never change their input
+    source = G   # (a builder lends its own graph: passes never change their input)
     unsupported = {name: f"backend {backend_name!r} {why}"
                    for name, why in backend_obj.unsupported_passes.items()}
     with progress.activity(f"compiling {G.graph.get('name', 'graph')!r}"):
