@@ -58,9 +58,10 @@ UNSHARED_ARENA_BYTES = 1 << 17
 
 
 # A pair step of fewer multiply-adds than this runs on np.einsum, not as a GEMM: its call
-# costs less than run_gemm's views and matmul call (measured over the 700 such steps of
-# seven networks of benchmarks/networks.py: 0.66-0.81x the GEMM's time by median, 0.87x at
-# most; at 128-255 up to 1.13x, above 256 up to 2.5x), and planning it costs no GEMM plan
+# costs less than run_gemm's views and matmul call (the 239 such steps of seven networks of
+# benchmarks/networks.py, each timed both ways: 0.59-0.78x the GEMM's time by median per
+# power of two of the work, 0.87x at most; at 128-255 medians 0.79-0.81x but up to 1.13x,
+# above 256 up to 2.5x), and planning it costs no GEMM plan
 SMALL_STEP_WORK = 128
 
 
