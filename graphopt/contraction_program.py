@@ -321,9 +321,9 @@ class PathContraction:
         key = (tuple([a.shape for a in current]), tuple([a.strides for a in current]),
                dtype.str)
         prog = self._programs.get(key)
-        if prog is None:
-            prog = self.program(key[0], dtype, [[s // dtype.itemsize for s in t]
-                                                for t in key[1]])
+        if prog is None:     # (kept by this key too: strides not a multiple of the itemsize)
+            prog = self._programs[key] = self.program(
+                key[0], dtype, [[s // dtype.itemsize for s in t] for t in key[1]])
         into = out
         if prog.squeeze is not None:      # views: only dims of size 1 go
             current = [a.reshape(s) for a, s in zip(current, prog.squeeze[0])]
