@@ -69,7 +69,6 @@ def cache_dir(tmp_path, monkeypatch):
     path_cache.clear_memo()
 
 
-
 def _forget_planned_steps():
     from graphopt import compiler, contraction_program
 

@@ -106,6 +106,7 @@ def _in_a_second_process(terms, output, sizes, cache_dir):
 def test_a_greedy_path_is_kept_in_this_process_only(cache_dir):
     # nothing but cotengrust's greedy ran (the default budget of a network that runs in
     # microseconds): a later process finds it again as fast as it would read it
+    pytest.importorskip("cotengrust")
     terms, output, sizes = network(20, 3)
     steps, rec = path_search.find_path(terms, output, sizes)
     assert rec["only_fast_greedy"] and rec["cache"] == "miss"
@@ -136,6 +137,7 @@ def test_the_report_says_a_greedy_path_is_kept_in_this_process_only(cache_dir):
     import graphopt as go
     from graphopt import compiler
 
+    pytest.importorskip("cotengrust")
     terms, output, sizes = network(20, 5)
     g = go.Graph("small_network")
     ins = [g.input(f"t{i}", tuple(sizes[c] for c in t)) for i, t in enumerate(terms)]
