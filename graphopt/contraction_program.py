@@ -5,9 +5,10 @@
 intermediate has the label order the contraction pass gives its pairwise nodes. For each
 operand-shape signature, each step is planned once:
 
-- a pairwise step on a BLAS dtype whose labels map onto a (batched) matrix product that
-  sums something is one GEMM (``gemm.gemm_plan``, run by ``gemm.run_gemm`` with the
-  caller's ``matmul``), unless it is smaller than ``SMALL_STEP_WORK``;
+- a pairwise step on a BLAS dtype whose labels map onto a (batched) matrix product is
+  one GEMM (``gemm.gemm_plan``, run by ``gemm.run_gemm`` with the caller's ``matmul``),
+  unless ``gemm.einsum_is_faster`` gives it to ``np.einsum`` (a small step, or one that
+  sums nothing);
 - any other step is ``np.einsum`` on the step's own equation: a small step, an outer or
   broadcast product (nothing summed), a trace or diagonal, a size-1 label broadcast
   against a larger one, a one-operand step, integer, bool or float16 operands. A step over
@@ -36,7 +37,15 @@ from typing import Callable, NamedTuple, Sequence
 import numpy as np
 
 from .einsum import evaluate, first_use_equation, promote_operands, split, to_ascii
-from .gemm import BLAS_DTYPES, GemmPlan, c_strides, operand_scratch, pair_gemm_plan, run_gemm
+from .gemm import (
+    BLAS_DTYPES,
+    GemmPlan,
+    c_strides,
+    einsum_is_faster,
+    operand_scratch,
+    pair_gemm_plan,
+    run_gemm,
+)
 from .liveness import assign_arena_offsets, stacked_offsets
 from .paths import label_sizes, play_path
 
@@ -57,12 +66,6 @@ OBJECT_BYTES_PER_OPERAND = 128
 UNSHARED_ARENA_BYTES = 1 << 17
 
 
-# A pair step of fewer multiply-adds than this runs on np.einsum, not as a GEMM: its call
-# costs less than run_gemm's views and matmul call (the 239 such steps of seven networks of
-# benchmarks/networks.py, each timed both ways: 0.59-0.78x the GEMM's time by median per
-# power of two of the work, 0.87x at most; at 128-255 medians 0.79-0.81x but up to 1.13x,
-# above 256 up to 2.5x), and planning it costs no GEMM plan
-SMALL_STEP_WORK = 128
 
 
 class ProgramStep(NamedTuple):
@@ -146,11 +149,10 @@ def _plan_step(equation: str, in_shapes: tuple, blas: bool) -> tuple[str, tuple,
                 size[c] = 0 if 0 in (e, d) else max(e, d)
     shape = tuple(map(size.__getitem__, result))
     plan = None
-    if blas and len(terms) == 2 and uniform and math.prod(size.values()) >= SMALL_STEP_WORK:
+    work = math.prod(size.values())
+    if blas and len(terms) == 2 and uniform and not einsum_is_faster(work):
         plan = pair_gemm_plan(terms[0], terms[1], result, size)
-        if plan is not None and plan.bmkn[2] == 1:
-            # nothing summed: an outer or broadcast product, which np.einsum writes 3x
-            # faster than as batched GEMMs of K = 1 (128 of 64x1 @ 1x64: 0.22 vs 0.71 ms)
+        if plan is not None and einsum_is_faster(work, plan):
             plan = None
     if plan is None and len(terms) <= 2:
         equation = to_ascii(equation)

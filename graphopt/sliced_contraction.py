@@ -73,8 +73,9 @@ def contraction_workspace_bytes(equation: str, shapes, path, slices, blocks, dty
     program = contract.program(sliced, dtype, [c_strides(s) for s in shapes])
     per_slice = program.peak_bytes(into_out=_writes_into_result(output, sizes, block)) + \
         (slice_view_bytes(terms, shapes, block) if block else 0)
+    name = dtype.name               # a Python property in NumPy: ~1.5 us, once, not per operand
     casts = sum(math.prod(s) * dtype.itemsize for s, dt in zip(shapes, operand_dtypes or ())
-                if dt != dtype.name and np.dtype(dt) != dtype)
+                if dt != name and np.dtype(dt) != dtype)
     out_bytes = math.prod(sizes[c] for c in output) * dtype.itemsize
     outer = splits_result(equation, sizes, slices, blocks)
     return casts + parallel_workspace_bytes(max(1, int(workers)), outer, per_slice, out_bytes)

@@ -77,22 +77,22 @@ def _forget_planned_steps():
     compiler.clear_cache()
 
 
-_SMALL_STEP_WORK: list = []    # graphopt's own, read before any test patched it
+_SMALL_PAIR_WORK: list = []    # graphopt's own, read before any test patched it
 
 
 @contextlib.contextmanager
-def small_step_work(value: int | None):
-    """Contraction programs planned with ``SMALL_STEP_WORK`` ``value`` (0: every pair step
-    that maps onto a GEMM is one, however small; None: graphopt's own), nothing planned
-    before kept."""
-    from graphopt import contraction_program
+def small_pair_work(value: int | None):
+    """Pairs planned with ``gemm.SMALL_PAIR_WORK`` ``value`` (0: every pair step or pairwise
+    node that maps onto a GEMM that sums something is one, however small; None: graphopt's
+    own), nothing planned before kept."""
+    from graphopt import gemm
 
-    if not _SMALL_STEP_WORK:
-        _SMALL_STEP_WORK.append(contraction_program.SMALL_STEP_WORK)
-    value = _SMALL_STEP_WORK[0] if value is None else value
+    if not _SMALL_PAIR_WORK:
+        _SMALL_PAIR_WORK.append(gemm.SMALL_PAIR_WORK)
+    value = _SMALL_PAIR_WORK[0] if value is None else value
     _forget_planned_steps()
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(contraction_program, "SMALL_STEP_WORK", value)
+        mp.setattr(gemm, "SMALL_PAIR_WORK", value)
         yield
     _forget_planned_steps()
 
@@ -101,21 +101,21 @@ def small_step_work(value: int | None):
 def gemm_every_step():
     """A module's contraction programs make every GEMM-shaped pair step a GEMM: its tests of
     the GEMM form use small arrays."""
-    with small_step_work(0):
+    with small_pair_work(0):
         yield
 
 
 @pytest.fixture(scope="module", params=["gemm", "small steps on np.einsum"])
 def pair_step_form(request):
     """A module's tests run twice: every GEMM-shaped pair step a GEMM, then the default
-    (pair steps below ``SMALL_STEP_WORK`` on np.einsum)."""
-    with small_step_work(0 if request.param == "gemm" else None):
+    (pair steps below ``gemm.SMALL_PAIR_WORK`` on np.einsum)."""
+    with small_pair_work(0 if request.param == "gemm" else None):
         yield request.param
 
 
 @pytest.fixture
 def small_steps():
-    """One test's contraction programs at the default ``SMALL_STEP_WORK`` (pair steps of fewer
+    """One test's contraction programs at the default ``gemm.SMALL_PAIR_WORK`` (pair steps of fewer
     multiply-adds on np.einsum), inside a module that plans every one as a GEMM."""
-    with small_step_work(None):
+    with small_pair_work(None):
         yield

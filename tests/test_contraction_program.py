@@ -10,13 +10,12 @@ import pytest
 from opt_einsum.testing import rand_equation
 
 from graphopt.contraction_program import (
-    SMALL_STEP_WORK,
     UNSHARED_ARENA_BYTES,
     PathContraction,
     plan_program,
 )
 from graphopt.einsum import split
-from graphopt.gemm import _reduced_strides, reshape_is_view
+from graphopt.gemm import SMALL_PAIR_WORK, _reduced_strides, reshape_is_view
 from graphopt.liveness import ALIGN
 
 
@@ -103,11 +102,11 @@ def test_gemm_steps_on_blas_dtypes_and_einsum_steps_elsewhere():
     assert broadcast[0].gemm is None and broadcast[1].gemm is not None
 
 
-def test_pair_steps_smaller_than_small_step_work_run_on_np_einsum(small_steps):
+def test_pair_steps_smaller_than_small_pair_work_run_on_np_einsum(small_steps):
     # 'ij,jk->ik' of 4x4 by 4x4 is 64 multiply-adds: np.einsum; 'ik,kl->il' of 4x4 by 4x16,
     # 256: a GEMM
     terms, out = split("ij,jk,kl->il")
-    assert SMALL_STEP_WORK == 128
+    assert SMALL_PAIR_WORK == 128
     steps = plan_program(terms, out, [(0, 1), (0, 1)], [(4, 4), (4, 4), (4, 16)],
                          "float64").steps
     assert steps[0].gemm is None and steps[0].scratch == 0 and steps[1].gemm is not None

@@ -53,7 +53,8 @@ def test_text_report_says_what_each_pass_decided_and_why():
         assert g["reason"] in text
     assert "test_report.py:" in text              # decisions name the user's source line
     assert "order topological" in text or "order greedy" in text or "order depth" in text
-    assert "why: cost model" in text              # each step's kernel choice and its reason
+    assert "why: batched GEMM B,M,K,N=(4, 64, 64, 32)" in text   # each step's kernel choice
+    assert "something summed" in text             # and its reason (gemm.einsum_is_faster)
     assert "dtypes: inputs q float32, k float32, v float32; outputs float32" in text
     assert "dtype changes: none" in text
     md = report.to_markdown()

@@ -6,8 +6,9 @@
   NumPy ufuncs (``numpy-blocked``) on the real shapes, and the faster one is kept.
 - Pairwise einsums run as one BLAS GEMM (transpose-transpose-GEMM-transpose, batched
   ``matmul`` where batch labels exist, written into the planned buffer with ``out=``) or as
-  ``np.einsum`` (traces, diagonals, integer dtypes), chosen by a cost model and, at
-  ``opt_level=3``, by timing. A contraction's fused epilogue runs in place on its result.
+  ``np.einsum`` (small pairs, outer products, traces, diagonals, integer dtypes): the rule
+  ``gemm.einsum_is_faster``, shared with the contraction program, decides, and at
+  ``opt_level=3`` timing. A contraction's fused epilogue runs in place on its result.
 - Single elementwise ops call their NumPy ufunc with ``out=``; everything else runs the
   reference semantics into the planned buffer.
 - ``tiled`` regions (``passes.tiling``) run their members' kernels one batch block at a
@@ -32,6 +33,8 @@ from ..einsum import to_ascii
 from ..errors import GraphError
 from ..gemm import (
     BLAS_DTYPES,
+    SMALL_PAIR_WORK,
+    einsum_is_faster,
     gemm_plan,
     gemm_source,
     gemm_workspace_bytes,
@@ -39,17 +42,21 @@ from ..gemm import (
     transpose_copy_bytes,
 )
 from ..kernel import Kernel
+from ..paths import label_sizes
 from .base import Backend, register_backend
 from .cpu_gemm import threaded_matmul
 from .numpy_ref import reference_kernel, sliced_kernel
 from .tiled import tiled_kernel
 
-# Nominal rates of a 2-core x86 machine for the cost model (only their ratios matter).
+# Rates of a 2-core x86 machine for the cost model's predictions (only their ratios matter;
+# the choice between the two forms is ``gemm.einsum_is_faster``'s, which they agree with).
+# Per-call costs and np.einsum's rate measured on pairwise nodes of 8-32768 multiply-adds
+# through this backend's kernels (one core, float64 and complex128).
 GEMM_FLOPS = {"float32": 150e9, "float64": 75e9, "complex64": 150e9, "complex128": 75e9}
-EINSUM_FLOPS = 4e9          # np.einsum's sum-of-products loops, no blocking
+EINSUM_FLOPS = 1.3e9        # np.einsum's sum-of-products loops on small pairs, no blocking
 COPY_BYTES = 20e9
-GEMM_OVERHEAD = 4e-6        # transposes, reshapes and the matmul call
-EINSUM_OVERHEAD = 6e-6      # np.einsum parses its equation on every call
+GEMM_OVERHEAD = 2.2e-6      # transposes, reshapes and the matmul call
+EINSUM_OVERHEAD = 2.0e-6    # np.einsum parses its equation on every call
 MEASURE_MIN_ELEMENTS = 1 << 18   # groups at least this large are timed both ways
 
 
@@ -293,32 +300,36 @@ def _contraction_with_epilogue(G, n, k, opt_level, form: str = "auto"):
 
 def contraction_candidates(eq: str, shapes, dtype: str) -> list[tuple[str, str, float]]:
     """``(impl, why, predicted seconds)`` for every implementation of a one- or two-operand
-    einsum, best first by the cost model."""
-    out = []
-    terms, _ = einsum_mod.split(eq)
-    sizes = {c: dim for t, s in zip(terms, shapes) for c, dim in zip(t, s)}
-    flops = 2.0 * math.prod(sizes.values())
-    est_einsum = EINSUM_OVERHEAD + flops / EINSUM_FLOPS
+    einsum, the one to run first: a GEMM where one maps the pair and
+    ``gemm.einsum_is_faster`` (the rule the contraction program's steps follow too) does not
+    give it to ``np.einsum``. The predictions are the cost model's."""
+    work = math.prod(label_sizes(eq, shapes).values())
+    est_einsum = EINSUM_OVERHEAD + 2.0 * work / EINSUM_FLOPS
     p = gemm_plan(eq, shapes) if len(shapes) == 2 else None
-    if p is not None and dtype in BLAS_DTYPES:
-        B, M, K, N = p.bmkn
-        copy = transpose_copy_bytes(p, shapes, np.dtype(dtype).itemsize)
-        est = GEMM_OVERHEAD + 2.0 * B * M * K * N / GEMM_FLOPS[dtype] + copy / COPY_BYTES
-        out.append(("blas-gemm", f"{'batched ' if B > 1 else ''}GEMM B,M,K,N={p.bmkn}, "
-                    f"{copy} B of transposes", est))
-    why = ("not a GEMM (a repeated label: trace or diagonal)" if len(shapes) == 2 and p is None
-           else f"{dtype}: no BLAS" if p is not None and dtype not in BLAS_DTYPES
-           else "np.einsum's loops")
-    out.append(("numpy-einsum", why, est_einsum))
-    return sorted(out, key=lambda c: c[2])
+    if p is None or dtype not in BLAS_DTYPES:
+        why = ("not a GEMM (a repeated label: trace or diagonal)" if len(shapes) == 2 and
+               p is None else f"{dtype}: no BLAS" if p is not None else "np.einsum's loops")
+        return [("numpy-einsum", why, est_einsum)]
+    B, M, K, N = p.bmkn
+    copy = transpose_copy_bytes(p, shapes, np.dtype(dtype).itemsize)
+    est = GEMM_OVERHEAD + 2.0 * B * M * K * N / GEMM_FLOPS[dtype] + copy / COPY_BYTES
+    gemm = ("blas-gemm", f"{'batched ' if B > 1 else ''}GEMM B,M,K,N={p.bmkn}, {copy} B of "
+            f"transposes ({work} multiply-adds, something summed)", est)
+    if not einsum_is_faster(work, p):
+        return [gemm, ("numpy-einsum", "np.einsum's loops", est_einsum)]
+    why = (f"np.einsum: {work} multiply-adds, fewer than {SMALL_PAIR_WORK}"
+           if work < SMALL_PAIR_WORK else "np.einsum: nothing summed (an outer or broadcast "
+           "product; a GEMM of K = 1)")
+    return [("numpy-einsum", why, est_einsum), gemm]
 
 
 def contraction(eq: str, shapes, dtype: str, opt_level: int, form: str = "auto"):
-    """``(run(args, out) -> out, impl, details, source)`` for the einsum, chosen by the cost
-    model, or by timing each candidate at ``opt_level`` 3, or pinned by ``form``."""
+    """``(run(args, out) -> out, impl, details, source)`` for the einsum: the first of
+    ``contraction_candidates``, or the fastest measured at ``opt_level`` 3, or the one
+    ``form`` pins."""
     cands = contraction_candidates(eq, shapes, dtype)
     impl, why, est = cands[0]
-    details = {"contraction": impl, "reason": f"cost model: {why}",
+    details = {"contraction": impl, "reason": why,
                "predicted_us": {c: round(e * 1e6, 2) for c, _, e in cands}}
     pinned = [c for c in cands if c[0] == form]
     if pinned:
