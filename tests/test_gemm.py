@@ -35,3 +35,12 @@ def test_workspace_model_matches_traced_allocations(eq, shapes):
     model = gemm_workspace_bytes(p, shapes, 8)
     assert model - 4096 <= peak <= model * 1.1 + 4096, (peak, model)   # + view objects
     np.testing.assert_allclose(out, np.einsum(eq, a, b), rtol=1e-12)
+
+
+def test_gemm_plan_shapes():
+    p = gemm_plan("bij,bjk->bik", [(3, 4, 5), (3, 5, 2)])
+    assert p.bmkn == (3, 4, 5, 2) and p.out_perm is None
+    q = gemm_plan("ijk,kl->lji", [(4, 3, 5), (5, 6)])
+    assert q.bmkn[0] == 1 and q.bmkn[2] == 5 and {q.bmkn[1], q.bmkn[3]} == {12, 6}
+    # l leads the result: B's matrix goes first (swapped), so the product needs no permuting
+    assert q.swapped and q.out_perm is None and q.res_shape == (6, 3, 4)

@@ -12,7 +12,6 @@ import graphopt as go
 from graphopt import compiler, disk_cache
 from graphopt.backends import BACKENDS, numba_cpu
 from graphopt.errors import GraphError
-from graphopt.gemm import gemm_plan
 
 pytest.importorskip("numba")
 
@@ -51,43 +50,6 @@ def test_contraction_epilogue_runs_on_the_gemm_output(rng):
     src = step.kernel.source
     assert "np.matmul(" in src and "def epilogue(args, out)" in src and "@numba.njit" in src
     assert step.kernel.details["contraction"] == "blas-gemm"
-
-
-@pytest.mark.parametrize("eq, shapes", [
-    ("ij,jk->ik", [(5, 6), (6, 7)]),
-    ("bij,bjk->bik", [(3, 4, 5), (3, 5, 2)]),
-    ("ijk,kl->lji", [(4, 3, 5), (5, 6)]),          # result needs its axes permuted
-    ("ij,kj->ki", [(4, 5), (6, 5)]),                # transposed operands
-    ("abc,cb->a", [(3, 4, 5), (5, 4)]),             # two contracted labels
-    ("ij,jk->k", [(3, 4), (4, 5)]),                 # a label summed in one operand only
-    ("bi,bi->b", [(6, 7), (6, 7)]),                 # batched dot
-])
-@pytest.mark.parametrize("dtype", ["float32", "float64", "complex128"])
-@pytest.mark.parametrize("opt_level", [2, 3])
-def test_pairwise_contractions_equal_numpy_einsum(eq, shapes, dtype, opt_level, rng):
-    args = [numba_cpu.sample_array(s, dtype, seed=i) for i, s in enumerate(shapes)]
-    run, impl, details, source = numba_cpu.contraction(eq, shapes, dtype, opt_level)
-    out = np.empty(np.einsum(eq, *args).shape, dtype)
-    assert run(args, out) is out
-    np.testing.assert_allclose(out, np.einsum(eq, *args), rtol=1e-5)
-    assert impl in ("blas-gemm", "numpy-einsum") and source
-    if opt_level == 3:
-        assert set(details["timings_ms"]) == {"blas-gemm", "numpy-einsum"}
-        assert details["timings_ms"][impl] == min(details["timings_ms"].values())
-
-
-def test_cost_model_sends_traces_and_ints_to_einsum():
-    (c,) = numba_cpu.contraction_candidates("ii,ij->j", [(3, 3), (3, 4)], "float64")
-    assert c[0] == "numpy-einsum" and "trace or diagonal" in c[1]
-    cands = numba_cpu.contraction_candidates("ij,jk->ik", [(64, 64), (64, 64)], "int64")
-    assert [c[0] for c in cands] == ["numpy-einsum"] and "no BLAS" in cands[0][1]
-    big = numba_cpu.contraction_candidates("ij,jk->ik", [(256, 256), (256, 256)], "float32")
-    assert big[0][0] == "blas-gemm" and big[0][2] < big[1][2]
-
-
-def test_gemm_plan_shapes():
-    p = gemm_plan("bij,bjk->bik", [(3, 4, 5), (3, 5, 2)])
-    assert p.bmkn == (3, 4, 5, 2) and p.out_perm is None
 
 
 def test_large_elementwise_group_is_timed_against_numpy_blocks(rng):

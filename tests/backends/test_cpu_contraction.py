@@ -1,0 +1,102 @@
+"""The CPU backend's pairwise einsum nodes (graphopt/backends/cpu_contraction.py): one GEMM
+or np.einsum, each form against NumPy's einsum, and the one rule (``gemm.einsum_is_faster``)
+that the contraction program's steps follow too."""
+
+import math
+
+import numpy as np
+import pytest
+
+from graphopt.backends import cpu_contraction, timing
+from graphopt.contraction_program import plan_program
+from graphopt.einsum import split
+from graphopt.gemm import SMALL_PAIR_WORK, einsum_is_faster, gemm_plan
+
+pytest.importorskip("numba")
+
+
+@pytest.mark.parametrize("eq, shapes", [
+    ("ij,jk->ik", [(5, 6), (6, 7)]),
+    ("bij,bjk->bik", [(3, 4, 5), (3, 5, 2)]),
+    ("ijk,kl->lji", [(4, 3, 5), (5, 6)]),          # result needs its axes permuted
+    ("ij,kj->ki", [(4, 5), (6, 5)]),                # transposed operands
+    ("abc,cb->a", [(3, 4, 5), (5, 4)]),             # two contracted labels
+    ("ij,jk->k", [(3, 4), (4, 5)]),                 # a label summed in one operand only
+    ("bi,bi->b", [(6, 7), (6, 7)]),                 # batched dot
+    ("ij,kl->ijkl", [(6, 5), (5, 6)]),              # outer product (K = 1)
+    ("ij,jk->ijk", [(8, 8), (8, 8)]),               # nothing summed, a batch label
+])
+@pytest.mark.parametrize("dtype", ["float32", "float64", "complex128"])
+@pytest.mark.parametrize("form", ["auto", "blas-gemm", "numpy-einsum"])
+def test_every_form_of_a_pairwise_contraction_equals_numpy_einsum(eq, shapes, dtype, form):
+    args = [timing.sample_array(s, dtype, seed=i) for i, s in enumerate(shapes)]
+    run, impl, details, source = cpu_contraction.contraction(eq, shapes, dtype, 2, form)
+    out = np.empty(np.einsum(eq, *args).shape, dtype)
+    assert run(args, out) is out
+    np.testing.assert_allclose(out, np.einsum(eq, *args), rtol=1e-5)
+    assert impl == form if form != "auto" else impl in ("blas-gemm", "numpy-einsum")
+    assert source and details["reason"]
+
+
+@pytest.mark.parametrize("eq, shapes", [
+    ("ij,jk->ik", [(5, 6), (6, 7)]),
+    ("bi,bi->b", [(6, 7), (6, 7)]),
+])
+def test_opt_level_3_keeps_the_faster_form_measured(eq, shapes):
+    run, impl, details, _ = cpu_contraction.contraction(eq, shapes, "float64", 3)
+    assert set(details["timings_ms"]) == {"blas-gemm", "numpy-einsum"}
+    assert details["timings_ms"][impl] == min(details["timings_ms"].values())
+
+
+def test_traces_and_ints_go_to_einsum():
+    (c,) = cpu_contraction.contraction_candidates("ii,ij->j", [(3, 3), (3, 4)], "float64")
+    assert c[0] == "numpy-einsum" and "trace or diagonal" in c[1]
+    cands = cpu_contraction.contraction_candidates("ij,jk->ik", [(64, 64), (64, 64)], "int64")
+    assert [c[0] for c in cands] == ["numpy-einsum"] and "no BLAS" in cands[0][1]
+    big = cpu_contraction.contraction_candidates("ij,jk->ik", [(256, 256), (256, 256)],
+                                                 "float32")
+    assert big[0][0] == "blas-gemm" and big[0][2] < big[1][2]
+
+
+def test_small_pairs_and_products_that_sum_nothing_go_to_einsum():
+    assert SMALL_PAIR_WORK == 128
+    small = cpu_contraction.contraction_candidates("ij,jk->ik", [(4, 4), (4, 4)], "float64")
+    assert [c[0] for c in small] == ["numpy-einsum", "blas-gemm"]
+    assert "64 multiply-adds, fewer than 128" in small[0][1]
+    at = cpu_contraction.contraction_candidates("ij,jk->ik", [(4, 4), (4, 8)], "float64")
+    assert at[0][0] == "blas-gemm" and "128 multiply-adds" in at[0][1]
+    outer = cpu_contraction.contraction_candidates("ij,kl->ijkl", [(32, 32), (32, 32)],
+                                                   "float64")
+    assert outer[0][0] == "numpy-einsum" and "nothing summed" in outer[0][1]
+
+
+def test_einsum_is_faster_is_the_size_rule_then_the_summed_rule():
+    p = gemm_plan("ij,jk->ik", [(8, 8), (8, 8)])
+    outer = gemm_plan("ij,kl->ijkl", [(8, 8), (8, 8)])
+    assert einsum_is_faster(SMALL_PAIR_WORK - 1) and not einsum_is_faster(SMALL_PAIR_WORK)
+    assert not einsum_is_faster(512, p) and einsum_is_faster(4096, outer)
+    assert einsum_is_faster(64, p)
+
+
+PAIRS = [("ij,jk->ik", [(n, n), (n, n)]) for n in (2, 4, 5, 6, 16)] + [
+    ("abc,cd->abd", [(2, 4, 4), (4, 2)]),       # 64 multiply-adds
+    ("abc,cd->abd", [(2, 8, 8), (8, 2)]),       # 256
+    ("ab,cd->abcd", [(16, 2), (2, 16)]),        # outer product
+    ("ab,bc->abc", [(12, 12), (12, 12)]),       # nothing summed, b a batch label
+    ("abcd,aecd->be", [(4, 4, 2, 2), (4, 4, 2, 2)]),
+    ("ab,ab->", [(7, 9), (7, 9)]),              # a full contraction
+]
+
+
+@pytest.mark.parametrize("eq, shapes", PAIRS)
+@pytest.mark.parametrize("dtype", ["float64", "complex64", "int32"])
+def test_a_pairwise_node_and_a_program_step_take_the_same_form(eq, shapes, dtype):
+    # the numba backend's pairwise node and the contraction program's step of the same pair
+    # read one rule: GEMM or np.einsum alike
+    node = cpu_contraction.contraction_candidates(eq, shapes, dtype)[0][0]
+    terms, out = split(eq)
+    (step,) = plan_program(terms, out, [(0, 1)], shapes, dtype).steps
+    assert (step.gemm is not None) == (node == "blas-gemm"), (node, step)
+    work = math.prod({c: d for t, s in zip(terms, shapes) for c, d in zip(t, s)}.values())
+    if node == "blas-gemm":
+        assert work >= SMALL_PAIR_WORK and step.gemm.bmkn[2] > 1
