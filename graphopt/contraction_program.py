@@ -36,7 +36,7 @@ from typing import Callable, NamedTuple, Sequence
 
 import numpy as np
 
-from .einsum import evaluate, first_use_equation, promote_operands, split, to_ascii
+from .einsum import evaluate, first_use_equation, np_einsum_bytes, promote_operands, split, to_ascii
 from .gemm import (
     BLAS_DTYPES,
     GemmPlan,
@@ -59,6 +59,15 @@ OBJECT_BYTES_PER_STEP = 264
 # ... and per operand: the call's key (a shape and a strides tuple per operand) while it
 # looks up its program; measured at 100-120 bytes an operand on 80- and 150-operand calls
 OBJECT_BYTES_PER_OPERAND = 128
+# A view NumPy makes of an array (an operand without its size-1 dims, or restricted to a
+# slice): 104 + 16 x ndim bytes on CPython 3.11 and NumPy 2.4 (tracemalloc; 140-150 at
+# ndim 3), and a list holds 8 bytes an item
+VIEW_BYTES, VIEW_BYTES_PER_DIM, LIST_BYTES_PER_ITEM = 112, 16, 8
+
+
+def view_bytes(ndim: int) -> int:
+    """What a view of ``ndim`` dims holds (``VIEW_BYTES``)."""
+    return VIEW_BYTES + VIEW_BYTES_PER_DIM * ndim
 # Intermediates of at most this many bytes in all each get their own place in the arena:
 # sharing would save less than this, and its best fit is quadratic in the intermediates
 # (1.9 of the 3.6 ms a 198-step circuit's program took to plan, to save 38 KB; 0.7-0.9 ms
@@ -125,18 +134,25 @@ class Program:
         """What one call allocates at once: the arena, the largest step's scratch (the last
         step writing into the caller's ``out``, ``into_out``, or a new array, then counted)
         and the call's Python objects (``OBJECT_BYTES_PER_STEP`` a step,
-        ``OBJECT_BYTES_PER_OPERAND`` an operand). Operands and
-        ``out`` are the caller's, not counted."""
+        ``OBJECT_BYTES_PER_OPERAND`` an operand, and where size-1 labels are dropped a view
+        of each operand and of the result). Operands and ``out`` are the caller's, not
+        counted."""
         last = len(self.steps) - 1
         operands = 1 + sum(len(s.positions) - 1 for s in self.steps)
         objects = len(self.steps) * OBJECT_BYTES_PER_STEP + operands * OBJECT_BYTES_PER_OPERAND
+        if self.squeeze is not None:
+            shapes, out_shape = self.squeeze
+            objects += view_bytes(len(out_shape)) + sum(
+                view_bytes(len(s)) + LIST_BYTES_PER_ITEM for s in shapes)
         return self.arena_bytes + objects + max(
             (s.scratch_new if k == last and not into_out else s.scratch
              for k, s in enumerate(self.steps)), default=0)
 
 
-def _plan_step(equation: str, in_shapes: tuple, blas: bool) -> tuple[str, tuple, GemmPlan | None]:
-    """``(equation to run, result shape, GEMM plan or None)`` of one step."""
+def _plan_step(equation: str, in_shapes: tuple, blas: bool
+               ) -> tuple[str, tuple, GemmPlan | None, dict]:
+    """``(equation to run, result shape, GEMM plan or None, each label's size)`` of one
+    step."""
     terms, result = split(equation)
     size: dict = {}
     uniform = True      # every label of one size throughout
@@ -156,18 +172,23 @@ def _plan_step(equation: str, in_shapes: tuple, blas: bool) -> tuple[str, tuple,
             plan = None
     if plan is None and len(terms) <= 2:
         equation = to_ascii(equation)
-    return equation, shape, plan
+    return equation, shape, plan, size
 
 
 @functools.lru_cache(maxsize=4096)
 def _planned_step(equation: str, in_shapes: tuple, in_strides: tuple, blas: bool,
                   itemsize: int) -> tuple[str, tuple, GemmPlan | None, int, tuple]:
-    """``_plan_step`` of one step for operands of element ``in_strides``, with the bytes a
-    GEMM allocates for its operands (``operand_scratch``) and the result's element strides.
+    """``_plan_step`` of one step for operands of element ``in_strides``, with the bytes it
+    allocates beside its operands and result (a GEMM's for its operands,
+    ``operand_scratch``; np.einsum's own, ``np_einsum_bytes``; 0 for a step of more than
+    two operands, whose result ``evaluate`` makes) and the result's element strides.
     Memoized: the steps of a large network repeat (an MPS's bulk, a circuit's layers)."""
-    equation, shape, plan = _plan_step(equation, in_shapes, blas)
+    equation, shape, plan, size = _plan_step(equation, in_shapes, blas)
     if plan is None:
-        return equation, shape, None, 0, c_strides(shape)
+        held = np_einsum_bytes(*split(equation), size, itemsize, c_contiguous=all(
+            tuple(st) == c_strides(sh) for sh, st in zip(in_shapes, in_strides))) \
+            if len(in_shapes) <= 2 else 0
+        return equation, shape, None, held, c_strides(shape)
     held, res_strides = operand_scratch(plan, list(zip(in_shapes, in_strides)), itemsize)
     return equation, shape, plan, held, res_strides
 
@@ -227,8 +248,8 @@ def plan_program(terms: Sequence[str], output: str, path, shapes, dtype,
             scratch = held + (nbytes if k == last and plan.out_perm is not None else 0)
             scratch_new = held + nbytes
         else:   # np.einsum writes its buffer directly; ``evaluate`` makes its own result
-            scratch = nbytes if len(inds) > 2 else 0
-            scratch_new = nbytes
+            scratch = nbytes if len(inds) > 2 else held
+            scratch_new = held + nbytes
         planned.append((inds, eq, shape, plan, scratch, scratch_new))
         current.append(shape)
         layout.append(res_strides)

@@ -21,31 +21,51 @@ and ``attrs["path"]``.
 from __future__ import annotations
 
 import math
+import sys
 from typing import Sequence
 
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
 from . import progress, threads
-from .contraction_program import PathContraction, c_strides, path_contraction
+from .contraction_program import (
+    LIST_BYTES_PER_ITEM,
+    PathContraction,
+    c_strides,
+    path_contraction,
+    view_bytes,
+)
 from .einsum import promote_operands
 from .einsum import split as split_equation
 from .paths import default_path, label_sizes
 
 # ------------------------------------------------------------------------------- workspace
 
-# A slice's operand views, held while the slice runs: NumPy 2.4 on CPython 3.11 allocates
-# 104 + 16 x ndim bytes a view (tracemalloc), and the list of operands 8 bytes an operand
-VIEW_BYTES, VIEW_BYTES_PER_DIM, LIST_BYTES_PER_ITEM = 112, 16, 8
-
-
 def slice_view_bytes(terms, shapes, labels) -> int:
     """What one slice's operand views take: a view per operand with a sliced label (of
     size above 1; ``operand_view``), and the list of all operands."""
     sliced = set(labels)
     return LIST_BYTES_PER_ITEM * len(terms) + sum(
-        VIEW_BYTES + VIEW_BYTES_PER_DIM * len(t) for t, s in zip(terms, shapes)
+        view_bytes(len(t)) for t, s in zip(terms, shapes)
         if any(c in sliced and d != 1 for c, d in zip(t, s)))
+
+
+# The sliced loop's own objects (``sliced_contract``): a slice object per index range of a
+# sliced label (tracemalloc: 46-56 bytes each, with its list's item), and beside them the
+# slice's index dicts, the lists of sliced labels, the progress activity and the buffers
+# np.einsum makes for a small step: 3.1-4.0 kB on four sliced chains of 3-5 operands
+# called directly, 0.3-2.5 kB (beside what the model counted) on 15 sliced lattices,
+# random-regular and hyper-index networks compiled under memory_limit
+SLICE_RANGE_BYTES = 56
+SLICE_LOOP_BYTES = 2048
+
+
+def slice_loop_bytes(sizes: dict, block: dict) -> int:
+    """What ``sliced_contract``'s loop holds for itself: its copy of the label ``sizes``
+    (``sys.getsizeof``: exact for this interpreter), the index ranges of each sliced label
+    (``SLICE_RANGE_BYTES`` each) and ``SLICE_LOOP_BYTES``."""
+    ranges = sum(len(slice_ranges(sizes[c], b)) for c, b in block.items())
+    return sys.getsizeof(sizes) + SLICE_RANGE_BYTES * ranges + SLICE_LOOP_BYTES
 
 
 def contraction_workspace_bytes(equation: str, shapes, path, slices, blocks, dtype,
@@ -73,12 +93,14 @@ def contraction_workspace_bytes(equation: str, shapes, path, slices, blocks, dty
     program = contract.program(sliced, dtype, [c_strides(s) for s in shapes])
     per_slice = program.peak_bytes(into_out=_writes_into_result(output, sizes, block)) + \
         (slice_view_bytes(terms, shapes, block) if block else 0)
+    loop = slice_loop_bytes(sizes, block) if block else 0
     name = dtype.name               # a Python property in NumPy: ~1.5 us, once, not per operand
     casts = sum(math.prod(s) * dtype.itemsize for s, dt in zip(shapes, operand_dtypes or ())
                 if dt != name and np.dtype(dt) != dtype)
     out_bytes = math.prod(sizes[c] for c in output) * dtype.itemsize
     outer = splits_result(equation, sizes, slices, blocks)
-    return casts + parallel_workspace_bytes(max(1, int(workers)), outer, per_slice, out_bytes)
+    return casts + loop + parallel_workspace_bytes(max(1, int(workers)), outer, per_slice,
+                                                   out_bytes)
 
 
 def _writes_into_result(output: str, sizes: dict, block: dict) -> bool:

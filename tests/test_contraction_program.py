@@ -14,7 +14,7 @@ from graphopt.contraction_program import (
     PathContraction,
     plan_program,
 )
-from graphopt.einsum import split
+from graphopt.einsum import np_einsum_bytes, split
 from graphopt.gemm import SMALL_PAIR_WORK, _reduced_strides, reshape_is_view
 from graphopt.liveness import ALIGN
 
@@ -109,7 +109,10 @@ def test_pair_steps_smaller_than_small_pair_work_run_on_np_einsum(small_steps):
     assert SMALL_PAIR_WORK == 128
     steps = plan_program(terms, out, [(0, 1), (0, 1)], [(4, 4), (4, 4), (4, 16)],
                          "float64").steps
-    assert steps[0].gemm is None and steps[0].scratch == 0 and steps[1].gemm is not None
+    assert steps[0].gemm is None and steps[1].gemm is not None
+    # np.einsum's own iterator and buffers (it sums b) are the step's scratch
+    assert steps[0].scratch == np_einsum_bytes(["ab", "bc"], "ac", dict.fromkeys("abc", 4), 8,
+                                               c_contiguous=True)
     arrays = _arrays([(4, 4), (4, 4), (4, 16)], "float64", 5)
     _check("ij,jk,kl->il", arrays, [(0, 1), (0, 1)])
 

@@ -327,3 +327,50 @@ def test_three_operands_mixing_bool_follow_numpy_promotion(backend, dtypes):   #
     got = go.compile(g, backend=backend, cache=False)(**arrays)
     assert got.dtype == want.dtype
     np.testing.assert_array_equal(got, want)
+
+
+def test_np_einsum_allocates_within_np_einsum_bytes():
+    # tracemalloc's peak of np.einsum (out given) on random pairs: C-contiguous or not,
+    # summing or not, four dtypes: never above the bound, and where np_einsum_fills_no_buffer
+    # says so (a product that sums nothing, labels in one order), within the iterator's bytes
+    import random
+    import tracemalloc
+
+    from graphopt.einsum import (
+        NP_EINSUM_ITER_BYTES,
+        np_einsum_bytes,
+        np_einsum_fills_no_buffer,
+    )
+
+    pick, rng = random.Random(3), np.random.default_rng(3)
+    free_products = 0
+    for _ in range(150):
+        labels = "abcdef"[:pick.randint(2, 6)]
+        sizes = {c: pick.choice([1, 2, 3, 8, 16]) for c in labels}
+        terms = ["".join(pick.sample(labels, pick.randint(1, len(labels)))) for _ in range(2)]
+        used = sorted(set("".join(terms)))
+        out = "".join(pick.sample(used, pick.randint(0, len(used))))
+        dtype = pick.choice(["float32", "float64", "complex128", "int64"])
+        ops = []
+        for t in terms:
+            a = rng.standard_normal([sizes[c] for c in t]).astype(dtype)
+            ops.append(a.T.copy().T if pick.random() < 0.3 else a)   # F-ordered, at times
+        eq = ",".join(terms) + "->" + out
+        res = np.empty([sizes[c] for c in out], dtype)
+        np.einsum(eq, *ops, out=res)
+        tracemalloc.start()
+        try:
+            base = tracemalloc.get_traced_memory()[0]
+            tracemalloc.reset_peak()
+            np.einsum(eq, *ops, out=res)
+            took = tracemalloc.get_traced_memory()[1] - base
+        finally:
+            tracemalloc.stop()
+        used_sizes = {c: sizes[c] for c in used}
+        contiguous = all(a.flags.c_contiguous for a in ops)
+        bound = np_einsum_bytes(terms, out, used_sizes, np.dtype(dtype).itemsize, contiguous)
+        assert took <= bound, (eq, [a.shape for a in ops], dtype, contiguous, took, bound)
+        if contiguous and np_einsum_fills_no_buffer(terms, out):
+            free_products += 1
+            assert bound < NP_EINSUM_ITER_BYTES + 1024
+    assert free_products > 5

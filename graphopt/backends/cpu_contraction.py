@@ -16,7 +16,7 @@ import math
 import numpy as np
 
 from .. import einsum as einsum_mod
-from ..einsum import to_ascii
+from ..einsum import np_einsum_bytes, to_ascii
 from ..gemm import (
     BLAS_DTYPES,
     SMALL_PAIR_WORK,
@@ -133,9 +133,16 @@ def contraction(eq: str, shapes, dtype: str, opt_level: int, form: str = "auto")
         impl = min(timings, key=timings.get)
         details.update(contraction=impl, reason="fastest measured (opt_level 3)",
                        timings_ms={c: round(t * 1e3, 4) for c, t in timings.items()})
-    details["workspace_bytes"] = (
-        gemm_workspace_bytes(gemm_plan(eq, shapes), shapes, np.dtype(dtype).itemsize)
-        if impl == "blas-gemm" else 0)   # np.einsum with out= buffers a few kB at most
+    itemsize = np.dtype(dtype).itemsize
+    if impl == "blas-gemm":
+        details["workspace_bytes"] = gemm_workspace_bytes(gemm_plan(eq, shapes), shapes,
+                                                          itemsize)
+    else:
+        # the plan's values are C-contiguous buffers, and inputs are predicted as
+        # C-contiguous (as a contraction program's are, ``contraction_workspace_bytes``)
+        details["workspace_bytes"] = np_einsum_bytes(*einsum_mod.split(eq),
+                                                     label_sizes(eq, shapes), itemsize,
+                                                     c_contiguous=True)
     return (_contraction_fn(impl, eq, shapes, dtype), impl, details,
             _contraction_source(impl, eq, shapes))
 

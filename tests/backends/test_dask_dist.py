@@ -212,9 +212,10 @@ def test_output_labels_sliced_become_output_chunks(client):
     ins = [g.input(k, s, "float64") for k, s in shapes.items()]
     g.output(go.einsum("ij,jk,kl->il", *ins))
     vals = {k: rng.standard_normal(s) for k, s in shapes.items()}
-    # one i,l slice of the intermediate (8 KiB), its copy for the GEMM with b and b's own:
-    # slicing i and l fits, as the plan runs it (j would be recomputed)
-    limit = 4 * 8 * 32 * 32
+    # one i,l slice of the intermediate (8 KiB), its copy for the GEMM with b and b's own,
+    # and the sliced loop's own objects (32 kB in all): slicing i and l fits, as the plan
+    # runs it (j would be recomputed)
+    limit = 40 * 1024
     plan = go.compile(g, backend="dask", passes=["slicing"], memory_limit=limit,
                       optimize=OuterFirst(), client=client, progress=False, cache=False)
     (sliced,) = plan.report["slicing"].details["sliced"]
