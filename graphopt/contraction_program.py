@@ -53,9 +53,10 @@ from .paths import label_sizes, play_path
 # the arena (kept with the arena), the views a GEMM makes of its operands and product, the
 # operand lists. tracemalloc counts them as a call's memory; measured on CPython 3.11 and
 # NumPy 2.4 at 180-250 bytes a step on five networks of 80-200 steps (the operands' 128
-# counted apart); at 264 the nine networks of benchmarks/networks.py measure 0.92-1.0006
-# of their predicted peaks (at 320, 0.85-0.87 on those whose arrays weigh little).
-OBJECT_BYTES_PER_STEP = 264
+# counted apart); at 250, with np.einsum's own bytes counted as its steps' scratch, the
+# nine networks of benchmarks/networks.py measure 0.916-1.0016 of their predicted peaks
+# (at 264, 0.896 on the circuit, whose arrays weigh little).
+OBJECT_BYTES_PER_STEP = 250
 # ... and per operand: the call's key (a shape and a strides tuple per operand) while it
 # looks up its program; measured at 100-120 bytes an operand on 80- and 150-operand calls
 OBJECT_BYTES_PER_OPERAND = 128
