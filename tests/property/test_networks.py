@@ -1,0 +1,128 @@
+"""Property suite: tensor networks from generators nobody here wrote (cotengra's lattice,
+random-regular, tree and hyper-index generators; einsum-benchmark's where installed),
+compiled at default settings, against opt_einsum in float64 or complex128 (exactly in
+int64), and under ``memory_limit`` a call that measures within the limit.
+
+Sizes of 1 to 3 per label (size-1 labels squeezed, broadcasting kept), four dtypes, both
+CPU backends."""
+
+import numpy as np
+import opt_einsum
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import graphopt as go
+
+ctg = pytest.importorskip("cotengra")
+
+
+def _cotengra(kind: str, n: int, seed: int):
+    if kind == "lattice":
+        inputs, output, shapes, _ = ctg.utils.lattice_equation(
+            [2 + n % 3, 2 + n // 3 % 4], d_min=1, d_max=3, seed=seed)
+    elif kind == "randreg":
+        inputs, output, shapes, _ = ctg.utils.randreg_equation(
+            6 + 2 * (n % 8), 3, d_min=1, d_max=3, seed=seed)
+    elif kind == "tree":
+        inputs, output, shapes, _ = ctg.utils.tree_equation(5 + n, d_min=1, d_max=3, seed=seed)
+    else:      # hyper indices, output labels
+        inputs, output, shapes, _ = ctg.utils.rand_equation(
+            4 + n, 3, n_out=n % 3, n_hyper_in=n % 3, n_hyper_out=n % 2, d_min=1, d_max=3,
+            seed=seed)
+    eq = ",".join("".join(t) for t in inputs) + "->" + "".join(output)
+    return eq, [tuple(int(d) for d in s) for s in shapes]
+
+
+def _einsum_benchmark(kind: str, n: int, seed: int):
+    from einsum_benchmark.generators.quantum_computing.mps_product import matrix_product_state
+    from einsum_benchmark.generators.random.randreg import regular
+    from einsum_benchmark.generators.structured.tree import tree
+
+    if kind == "eb_randreg":
+        eq, shapes = regular(6 + 2 * (n % 8), 3, d_min=1, d_max=3, seed=seed)
+    elif kind == "eb_tree":
+        eq, shapes = tree(n=5 + n, d_min=1, d_max=3, n_outer=n % 3, seed=seed)
+    else:
+        eq, shapes = matrix_product_state(n=3 + n, phys_dim_min=1, phys_dim_max=3,
+                                          bond_dim=1 + n % 4, seed=seed)
+    return eq, [tuple(int(d) for d in s) for s in shapes]
+
+
+def _installed(name: str) -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec(name) is not None
+
+
+KINDS = ["lattice", "randreg", "tree", "hyper"] + \
+    (["eb_randreg", "eb_tree", "eb_mps"] if _installed("einsum_benchmark") else [])
+
+
+@st.composite
+def networks(draw):
+    kind = draw(st.sampled_from(KINDS))
+    n, seed = draw(st.integers(0, 14)), draw(st.integers(0, 10_000))
+    eq, shapes = (_einsum_benchmark if kind.startswith("eb_") else _cotengra)(kind, n, seed)
+    dtype = draw(st.sampled_from(["float64", "complex128", "float32", "int64"]))
+    return kind, eq, shapes, dtype, seed
+
+
+def _arrays(shapes, dtype, seed):
+    rng = np.random.default_rng(seed)
+    if dtype == "int64":
+        return [rng.integers(-2, 3, s) for s in shapes]
+    arrays = [rng.uniform(-1, 1, s) for s in shapes]
+    if dtype == "complex128":
+        arrays = [a + 1j * rng.uniform(-1, 1, a.shape) for a in arrays]
+    return [a.astype(dtype) for a in arrays]
+
+
+def _graph(eq, shapes, dtype):
+    g = go.Graph("network")
+    ins = [g.input(f"t{i}", s, dtype) for i, s in enumerate(shapes)]
+    g.output(go.einsum(eq, *ins))
+    return g
+
+
+def _check(got, eq, arrays, dtype):
+    wide = np.int64 if dtype == "int64" else \
+        np.complex128 if dtype.startswith("complex") else np.float64
+    expected = opt_einsum.contract(eq, *[a.astype(wide) for a in arrays], optimize="greedy")
+    assert got.shape == np.shape(expected) and got.dtype == np.dtype(dtype)
+    if dtype == "int64":
+        np.testing.assert_array_equal(got, expected)
+        return
+    # bound: the sum of |terms| (the same contraction of |operands|) times a few ulps per
+    # operand, in the plan's dtype
+    scale = np.abs(opt_einsum.contract(eq, *[np.abs(a).astype(np.float64) for a in arrays],
+                                       optimize="greedy"))
+    tol = 8 * len(arrays) * np.finfo(dtype).eps * (scale + np.finfo(np.float64).tiny)
+    assert np.all(np.abs(got - expected) <= tol)
+
+
+@settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(networks(), st.sampled_from(["numba", "numpy"]))
+def test_generated_networks_match_opt_einsum(net, backend):
+    kind, eq, shapes, dtype, seed = net
+    arrays = _arrays(shapes, dtype, seed)
+    plan = go.compile(_graph(eq, shapes, dtype), backend=backend, cache=False)
+    _check(plan(*arrays), eq, arrays, dtype)
+
+
+@settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(networks(), st.sampled_from([0.5, 0.75, 0.9]))
+def test_a_memory_limit_that_compiles_holds_on_generated_networks(net, fraction):
+    # a limit under the unsliced peak: refused with a GraphError, or met by the call
+    kind, eq, shapes, dtype, seed = net
+    g = _graph(eq, shapes, dtype)
+    limit = int(go.compile(g, cache=False).predicted_peak_bytes * fraction)
+    try:
+        plan = go.compile(g, memory_limit=limit, cache=False, threads=1)
+    except go.GraphError as e:
+        assert "memory_limit" in str(e)
+        return
+    arrays = _arrays(shapes, dtype, seed)
+    _check(plan(*arrays), eq, arrays, dtype)
+    assert plan.predicted_peak_bytes <= limit
+    assert plan.measure_peak_bytes(*arrays) <= limit
