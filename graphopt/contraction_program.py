@@ -64,11 +64,6 @@ OBJECT_BYTES_PER_OPERAND = 128
 # slice): 104 + 16 x ndim bytes on CPython 3.11 and NumPy 2.4 (tracemalloc; 140-150 at
 # ndim 3), and a list holds 8 bytes an item
 VIEW_BYTES, VIEW_BYTES_PER_DIM, LIST_BYTES_PER_ITEM = 112, 16, 8
-
-
-def view_bytes(ndim: int) -> int:
-    """What a view of ``ndim`` dims holds (``VIEW_BYTES``)."""
-    return VIEW_BYTES + VIEW_BYTES_PER_DIM * ndim
 # Intermediates of at most this many bytes in all each get their own place in the arena:
 # sharing would save less than this, and its best fit is quadratic in the intermediates
 # (1.9 of the 3.6 ms a 198-step circuit's program took to plan, to save 38 KB; 0.7-0.9 ms
@@ -76,6 +71,9 @@ def view_bytes(ndim: int) -> int:
 UNSHARED_ARENA_BYTES = 1 << 17
 
 
+def view_bytes(ndim: int) -> int:
+    """What a view of ``ndim`` dims holds (``VIEW_BYTES``)."""
+    return VIEW_BYTES + VIEW_BYTES_PER_DIM * ndim
 
 
 class ProgramStep(NamedTuple):

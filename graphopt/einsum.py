@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import graphlib
 import itertools
 import math
 from dataclasses import dataclass
@@ -372,18 +371,16 @@ NP_EINSUM_BUFFERS, NP_EINSUM_BUFFER_ELEMENTS = 2, 8192
 
 def np_einsum_fills_no_buffer(terms: Sequence[str], output: str) -> bool:
     """Whether ``np.einsum`` over C-contiguous operands of ``terms`` into a C-contiguous
-    ``output`` iterates every one in memory order: nothing is summed, and the terms and the
-    output list their labels in one order (an outer or broadcast product)."""
-    if not set("".join(terms)) <= set(output):
-        return False
-    order = graphlib.TopologicalSorter()
-    for t in (*terms, output):
-        for a, b in zip(t, t[1:]):
-            order.add(b, a)
-    try:
-        order.prepare()
-    except graphlib.CycleError:
-        return False
+    ``output`` iterates every one in memory order: nothing is summed, and each term lists
+    its labels in the output's order (an outer or broadcast product)."""
+    where = {c: i for i, c in enumerate(output)}
+    for t in terms:
+        at = -1
+        for c in t:
+            i = where.get(c, -1)
+            if i <= at:        # summed (not in the output), repeated, or out of order
+                return False
+            at = i
     return True
 
 

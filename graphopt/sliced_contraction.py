@@ -52,10 +52,11 @@ def slice_view_bytes(terms, shapes, labels) -> int:
 
 # The sliced loop's own objects (``sliced_contract``): a slice object per index range of a
 # sliced label (tracemalloc: 46-56 bytes each, with its list's item), and beside them the
-# slice's index dicts, the lists of sliced labels, the progress activity and the buffers
-# np.einsum makes for a small step: 3.1-4.0 kB on four sliced chains of 3-5 operands
-# called directly, 0.3-2.5 kB (beside what the model counted) on 15 sliced lattices,
-# random-regular and hyper-index networks compiled under memory_limit
+# slice's index dicts, the lists of sliced labels and the progress activity, 3.1-4.0 kB
+# on four sliced chains of 3-5 operands called directly before np.einsum's own bytes were
+# counted; with them counted, at 2 kB those chains measure -1.1 to +0.4 kB from their
+# prediction, and 15 sliced lattices, random-regular and hyper-index networks compiled
+# under memory_limit -18 to +0.5 kB
 SLICE_RANGE_BYTES = 56
 SLICE_LOOP_BYTES = 2048
 
