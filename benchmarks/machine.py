@@ -2,18 +2,9 @@
 
 from __future__ import annotations
 
-import time
-
 import numpy as np
 
-
-def _median_time(fn, repeat: int) -> float:
-    ts = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        ts.append(time.perf_counter() - t0)
-    return float(np.median(ts))
+from graphopt.backends.timing import median_seconds as _median_time  # warm-up call first
 
 
 def gemm_gflops(n: int = 2048, dtype="float32", repeat: int = 5) -> float:
