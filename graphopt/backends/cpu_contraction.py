@@ -103,10 +103,11 @@ def contraction_candidates(eq: str, shapes, dtype: str) -> list[tuple[str, str, 
     B, M, K, N = p.bmkn
     copy = transpose_copy_bytes(p, shapes, np.dtype(dtype).itemsize)
     est = GEMM_OVERHEAD + 2.0 * B * M * K * N / GEMM_FLOPS[dtype] + copy / COPY_BYTES
-    gemm = ("blas-gemm", f"{'batched ' if B > 1 else ''}GEMM B,M,K,N={p.bmkn}, {copy} B of "
-            f"transposes ({work} multiply-adds, something summed)", est)
+    why = f"{'batched ' if B > 1 else ''}GEMM B,M,K,N={p.bmkn}, {copy} B of transposes"
     if not einsum_is_faster(work, p):
-        return [gemm, ("numpy-einsum", "np.einsum's loops", est_einsum)]
+        return [("blas-gemm", f"{why} ({work} multiply-adds, something summed)", est),
+                ("numpy-einsum", "np.einsum's loops", est_einsum)]
+    gemm = ("blas-gemm", why, est)
     why = (f"np.einsum: {work} multiply-adds, fewer than {SMALL_PAIR_WORK}"
            if work < SMALL_PAIR_WORK else "np.einsum: nothing summed (an outer or broadcast "
            "product; a GEMM of K = 1)")
