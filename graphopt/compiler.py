@@ -240,7 +240,7 @@ def compile(graph, backend: str = "auto", opt_level: int = 2, memory_limit=None,
     source = G   # (a builder lends its own graph: passes never change their input)
     unsupported = {name: f"backend {backend_name!r} {why}"
                    for name, why in backend_obj.unsupported_passes.items()}
-    with progress.activity(f"compiling {G.graph.get('name', 'graph')!r}"):
+    def plan_with(ctx):
         for _ in range(WORKSPACE_TRIES):
             optimized, records = PassManager(pass_list, disable=disable, debug=debug,
                                              unsupported=unsupported).run(G, ctx)
@@ -255,7 +255,30 @@ def compile(graph, backend: str = "auto", opt_level: int = 2, memory_limit=None,
             if reserve is None:
                 break
             ctx.workspace_reserve = reserve
-    ctx.counted_flops.clear()      # (the graphs it holds are the plan's or garbage now)
+        ctx.counted_flops.clear()    # (the graphs it holds are the plan's or garbage now)
+        return plan, report, records
+
+    with progress.activity(f"compiling {G.graph.get('name', 'graph')!r}"):
+        plan, report, records = plan_with(ctx)
+        if _over_limit_in_pairwise_groups(plan, records, ctx):
+            # each intermediate fits the limit, so the groups stayed pairwise, and their
+            # arena does not: as one node each, the slicing pass bounds what they hold
+            whole = PassContext(opt_level=opt_level, memory_limit=memory_limit,
+                                optimize=optimize, backend=backend_name,
+                                options=dict(options), debug=bool(debug),
+                                whole_contraction=True)
+            try:
+                again = plan_with(whole)
+            except GraphError:     # (no slicing fits either: the first plan's refusal says
+                again = None       # what does not fit)
+            if again is not None and again[0].predicted_peak_bytes <= memory_limit:
+                why = (f" (one node along its path: as pairwise nodes the plan's predicted "
+                       f"peak was {plan.predicted_peak_bytes} bytes, over memory_limit)")
+                plan, report, records = again
+                for r in records:
+                    for g in r.details.get("groups", ()) if r.name == "contraction" else ():
+                        if "node" in g and g.get("operands", 0) > 2:
+                            g["reason"] = g.get("reason", "") + why
     _check_predicted_peak(plan, memory_limit, recomputation(records))
     report.attach_plan(plan)
     report.compile_seconds = time.perf_counter() - t0
@@ -271,6 +294,19 @@ def compile(graph, backend: str = "auto", opt_level: int = 2, memory_limit=None,
             _CACHE.move_to_end(key)
             _bound_cache()
     return plan
+
+
+def _over_limit_in_pairwise_groups(plan, records, ctx) -> bool:
+    """Whether a plan over ``memory_limit`` came from a pipeline that emitted contraction
+    groups of three or more operands as pairwise nodes (worth planning again with each
+    group one node along its path, which the slicing pass can bound)."""
+    if ctx.memory_limit is None or ctx.whole_contraction or \
+            not hasattr(plan, "predicted_peak_bytes") or \
+            plan.predicted_peak_bytes <= ctx.memory_limit:
+        return False
+    groups = [g for r in records if r.name == "contraction" for g in r.details.get("groups", ())]
+    return any(g.get("operands", 0) > 2 and g.get("decision") == "reordered" and
+               "node" not in g for g in groups)
 
 
 def _workspace_to_reserve(plan, records, ctx) -> int | None:

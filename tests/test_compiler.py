@@ -471,6 +471,25 @@ def test_memory_limit_still_slices_one_contraction_of_inputs():
                                rtol=1e-10, atol=1e-10)
 
 
+@pytest.mark.parametrize("backend", ["numba", "numpy"])
+def test_a_limit_each_intermediate_fits_but_their_arena_does_not_is_met_as_one_node(backend):
+    # the MPS ring workload is a graph of pairwise einsums; under half its peak every
+    # intermediate fits the limit, so the group stays pairwise and their arena does not:
+    # compile plans it again as one node along its path, which the slicing pass bounds
+    # (the previous stop refused this limit while it met a quarter of the peak)
+    from graphopt import workloads
+
+    w = workloads.mps_ring(sites=8, bond=32)
+    g = w.build()
+    whole = go.compile(g, backend=backend, cache=False)
+    limit = whole.predicted_peak_bytes // 2
+    plan = go.compile(g, backend=backend, cache=False, memory_limit=limit)
+    assert plan.predicted_peak_bytes <= limit and plan.report["slicing"].details["n_slices"]
+    assert "one node along its path: as pairwise nodes" in " ".join(str(plan.report).split())
+    np.testing.assert_allclose(plan(**w.inputs), whole(**w.inputs), rtol=1e-10)
+    assert plan.measure_peak_bytes(**w.inputs) <= limit
+
+
 def test_the_contraction_programs_arena_counts_as_the_plans_and_is_given_back():
     g = go.Graph("chain")
     eq, ins = _chain(g, n=6, dim=32)
