@@ -90,4 +90,7 @@ def test_memory_benchmark_sets_the_measured_peak_beside_the_prediction(tmp_path)
     assert [r["fraction"] for r in rows] == [None, 0.25]
     assert rows[1]["limit"] == int(rows[0]["predicted"] * 0.25) and rows[1]["slices"] > 1
     for r in rows:   # a 10x10 lattice: arrays, not Python objects, dominate
-        assert 0.9 <= r["ratio"] <= 1.1 and r["within_limit"], r
+        # slices run at once are predicted as if their peaks coincided (an upper bound):
+        # how far the measure falls below it depends on how the threads interleave
+        low = 0.9 / r["at_once"]
+        assert low <= r["ratio"] <= 1.1 and r["within_limit"], r
