@@ -234,9 +234,12 @@ def compile(graph, backend: str = "auto", opt_level: int = 2, memory_limit=None,
         if hit is not None:
             return hit
 
-    ctx = PassContext(opt_level=opt_level, memory_limit=memory_limit, optimize=optimize,
-                      backend=backend_name, options=dict(options), debug=bool(debug),
-                      whole_contraction=whole)
+    def context(whole_contraction: bool) -> PassContext:
+        return PassContext(opt_level=opt_level, memory_limit=memory_limit, optimize=optimize,
+                           backend=backend_name, options=dict(options), debug=bool(debug),
+                           whole_contraction=whole_contraction)
+
+    ctx = context(whole)
     source = G   # (a builder lends its own graph: passes never change their input)
     unsupported = {name: f"backend {backend_name!r} {why}"
                    for name, why in backend_obj.unsupported_passes.items()}
@@ -263,12 +266,8 @@ def compile(graph, backend: str = "auto", opt_level: int = 2, memory_limit=None,
         if _over_limit_in_pairwise_groups(plan, records, ctx):
             # each intermediate fits the limit, so the groups stayed pairwise, and their
             # arena does not: as one node each, the slicing pass bounds what they hold
-            whole = PassContext(opt_level=opt_level, memory_limit=memory_limit,
-                                optimize=optimize, backend=backend_name,
-                                options=dict(options), debug=bool(debug),
-                                whole_contraction=True)
             try:
-                again = plan_with(whole)
+                again = plan_with(context(whole_contraction=True))
             except GraphError:     # (no slicing fits either: the first plan's refusal says
                 again = None       # what does not fit)
             if again is not None and again[0].predicted_peak_bytes <= memory_limit:

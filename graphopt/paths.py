@@ -67,9 +67,7 @@ def _play_path_memo(terms: tuple, output: str, path: tuple) -> tuple:
             del current[j]
             del current[i]
             picked = (a, b)
-            union = a + b
-            if once:
-                union = once.get(a, a) + once.get(b, b)
+            union = once.get(a, a) + once.get(b, b) if once else a + b
             for c in union:
                 held[c] -= 1
             inds = (i, j)

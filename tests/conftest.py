@@ -115,7 +115,7 @@ def pair_step_form(request):
 
 @pytest.fixture
 def small_steps():
-    """One test's contraction programs at the default ``gemm.SMALL_PAIR_WORK`` (pair steps of fewer
-    multiply-adds on np.einsum), inside a module that plans every one as a GEMM."""
+    """One test's contraction programs at the default ``gemm.SMALL_PAIR_WORK`` (pair steps
+    of fewer multiply-adds on np.einsum), inside a module that plans every one as a GEMM."""
     with small_pair_work(None):
         yield

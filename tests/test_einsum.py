@@ -372,12 +372,12 @@ def test_np_einsum_allocates_within_np_einsum_bytes():
             took = tracemalloc.get_traced_memory()[1] - base
         finally:
             tracemalloc.stop()
-        used_sizes = {c: sizes[c] for c in used}
+        used_sizes = {c: sizes[c] for c in set("".join(terms))}
         contiguous = all(a.flags.c_contiguous for a in ops)
         bound = np_einsum_bytes(terms, out, used_sizes, np.dtype(dtype).itemsize, contiguous)
         assert took <= bound, (eq, [a.shape for a in ops], dtype, contiguous, took, bound)
-        if contiguous and np_einsum_fills_no_buffer(terms, out):   # the iterator alone
+        if contiguous and np_einsum_fills_no_buffer(terms, out):   # no buffer was filled
             free_products += 1
             dims = sum(map(len, terms)) + len(out)
-            assert bound == NP_EINSUM_ITER_BYTES + NP_EINSUM_ITER_BYTES_PER_DIM * dims
+            assert took <= NP_EINSUM_ITER_BYTES + NP_EINSUM_ITER_BYTES_PER_DIM * dims, eq
     assert free_products > 5
