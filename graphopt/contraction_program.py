@@ -297,8 +297,8 @@ class PathContraction:
         dtype = np.dtype(dtype)
         # keyed as a call finds it (its arrays' shapes and byte strides): the first call
         # finds the program compile planned without converting its operands' strides
-        key = (shapes, tuple([tuple([s * dtype.itemsize for s in t]) for t in strides]),
-               dtype.str)
+        key = program_key(shapes, [tuple([s * dtype.itemsize for s in t]) for t in strides],
+                          dtype.str)
         prog = self._programs.get(key)
         if prog is None:
             squeezed = squeeze_ones(self.terms, self.output, shapes, strides)
@@ -335,17 +335,19 @@ class PathContraction:
         ``out`` (optional) receives the result if it is C-contiguous with the result's shape
         and dtype; otherwise the result is a new array (never the arena's).
         ``matmul(a, b, c)`` runs the GEMMs (default ``np.matmul(a, b, out=c)``)."""
+        return self.run(list(arrays), out, matmul)
+
+    def run(self, arrays: list, out=None, matmul: Callable | None = None):
+        """``self(*arrays, out=out, matmul=matmul)`` for a list of operands: what a sliced
+        loop calls per slice, with no tuple of the operands made (see ``program_key``)."""
         current = promote_operands(arrays)
         dtype = current[0].dtype
-        # lists made into tuples: a tuple of a generator leaves blocks CPython frees only
-        # when the caller returns (tracemalloc saw 64 bytes a call pile up over a sliced
-        # contraction's slices, to 130 KB)
-        key = (tuple([a.shape for a in current]), tuple([a.strides for a in current]),
-               dtype.str)
+        shapes = [a.shape for a in current]
+        key = program_key(shapes, [a.strides for a in current], dtype.str)
         prog = self._programs.get(key)
         if prog is None:     # (kept by this key too: strides not a multiple of the itemsize)
             prog = self._programs[key] = self.program(
-                key[0], dtype, [[s // dtype.itemsize for s in t] for t in key[1]])
+                shapes, dtype, [[s // dtype.itemsize for s in a.strides] for a in current])
         into = out
         if prog.squeeze is not None:      # views: only dims of size 1 go
             current = [a.reshape(s) for a, s in zip(current, prog.squeeze[0])]
@@ -395,6 +397,16 @@ class _Arena:
         if self.key is None:
             self.key, self.bufs = key, [s.buffer(self.buffer, dtype) for s in prog.steps]
         return self.bufs if self.key == key else None
+
+
+def program_key(shapes, byte_strides, dtype_str: str) -> tuple:
+    """A program's key: the operands' shapes, then their byte strides, then the dtype, in
+    one tuple of odd length (2 per operand, plus 1). Never a tuple of one item per operand,
+    made per call or per slice: CPython before 3.12.5 keeps a freed tuple of 20 items on a
+    free list it never takes them back from (gh-121439), so on a 20-operand network every
+    such tuple stayed allocated, up to 2000 of them (tracemalloc: a 4x5 lattice's first
+    sliced call measured 262 kB against its 182 kB prediction, three such tuples a slice)."""
+    return tuple([*shapes, *byte_strides, dtype_str])
 
 
 @functools.lru_cache(maxsize=256)

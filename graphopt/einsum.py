@@ -351,7 +351,11 @@ def promote_operands(arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
     ``np.einsum`` computes. Contracting pairwise in the pair's own dtype would differ: two
     bool operands of ``"ij,jk,kl->il"`` with a float one would be summed as logical or."""
     arrays = [np.asarray(a) for a in arrays]
-    dtype = np.result_type(*arrays) if arrays else None
+    if not arrays:
+        return arrays
+    dtype = arrays[0].dtype
+    if any(a.dtype != dtype for a in arrays):   # (no tuple of the operands where all agree:
+        dtype = np.result_type(*arrays)          # see contraction_program.program_key)
     return [a if a.dtype == dtype else a.astype(dtype) for a in arrays]
 
 

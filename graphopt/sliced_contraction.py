@@ -162,7 +162,7 @@ def sliced_contract(equation: str, path, slices, arrays: Sequence[np.ndarray], o
         path = default_path(equation, [a.shape for a in arrays])
     contract = contraction or path_contraction(equation, tuple(tuple(p) for p in path))
     if not slices:   # one run of the whole path, straight into ``out``
-        res = contract(*arrays, out=out, matmul=matmul)
+        res = contract.run(arrays, out, matmul)
         if out is None:
             return np.array(res, copy=True) if any(np.may_share_memory(res, a)
                                                    for a in arrays) else res
@@ -203,11 +203,11 @@ def _run_slices(contract, arrays, terms, output, regions, parts, out, shape, dty
             where = {**region, **parts[k]}
             views = [operand_view(a, t, where) for a, t in zip(arrays, terms)]
             if k == lo:
-                res = contract(*views, out=target, matmul=matmul)
+                res = contract.run(views, target, matmul)
                 if res is not target:
                     np.copyto(target, res, casting="unsafe")
                 continue
-            res = contract(*views, matmul=matmul)
+            res = contract.run(views, None, matmul)
             target += res
         if lo >= hi:  # a summed label of size 0: the empty sum
             target[...] = 0
