@@ -71,6 +71,12 @@ VIEW_BYTES, VIEW_BYTES_PER_DIM, LIST_BYTES_PER_ITEM = 112, 16, 8
 UNSHARED_ARENA_BYTES = 1 << 17
 
 
+def call_object_bytes(n_steps: int, n_operands: int) -> int:
+    """The Python objects a call of ``n_steps`` steps over ``n_operands`` operands holds
+    (``OBJECT_BYTES_PER_STEP``, ``OBJECT_BYTES_PER_OPERAND``)."""
+    return n_steps * OBJECT_BYTES_PER_STEP + n_operands * OBJECT_BYTES_PER_OPERAND
+
+
 def view_bytes(ndim: int) -> int:
     """What a view of ``ndim`` dims holds (``VIEW_BYTES``)."""
     return VIEW_BYTES + VIEW_BYTES_PER_DIM * ndim
@@ -137,8 +143,8 @@ class Program:
         of each operand and of the result). Operands and ``out`` are the caller's, not
         counted."""
         last = len(self.steps) - 1
-        operands = 1 + sum(len(s.positions) - 1 for s in self.steps)
-        objects = len(self.steps) * OBJECT_BYTES_PER_STEP + operands * OBJECT_BYTES_PER_OPERAND
+        objects = call_object_bytes(len(self.steps),
+                                    1 + sum(len(s.positions) - 1 for s in self.steps))
         if self.squeeze is not None:
             shapes, out_shape = self.squeeze
             objects += view_bytes(len(out_shape)) + sum(

@@ -139,14 +139,20 @@ class HyperTrials:
 
     name = "cotengra hyper-optimizer"
 
-    def __init__(self, terms, output, sizes):
+    def __init__(self, terms, output, sizes, slice_target: int | None = None):
+        """``slice_target``: each trial is sliced until its intermediates are within that
+        many elements, reconfigured as it is sliced, and scored sliced (cotengra's
+        ``slicing_reconf_opts``); its path is returned whole, for the caller to slice."""
         import cotengra
+        sliced = {} if slice_target is None else \
+            {"slicing_reconf_opts": {"target_size": max(1, int(slice_target))}}
         with warnings.catch_warnings():   # "kahypar not found: using 'labels'" and the like
             warnings.simplefilter("ignore")
             methods = [m for m in _default_hyper_methods() if m != "greedy"] or None
             self._opt = cotengra.HyperOptimizer(methods=methods, max_repeats=10**9,
                                                 minimize=COTENGRA_MINIMIZE, parallel=False,
-                                                progbar=False, on_trial_error="ignore")
+                                                progbar=False, on_trial_error="ignore",
+                                                **sliced)
         self._args = ([tuple(t) for t in terms], tuple(output), dict(sizes))
 
     def trial(self, seconds: float) -> list[tuple[int, ...]]:
@@ -187,6 +193,23 @@ def reconfigured(terms, output, sizes, steps: Steps, subtree_size: int = 8,
             return play(terms, output, sizes, tree.get_path())
         except GraphError:
             return None
+
+
+def slice_reconfigured(terms, output, sizes, path, target: int) -> list[tuple[int, ...]]:
+    """``path`` re-ordered for slicing: cotengra's slice-and-reconfigure, which slices the
+    tree a label or two at a time until every intermediate is within ``target`` elements
+    and reconfigures its subtrees after each cut, so the order suits what is left of each
+    tensor. Its slicing picks labels at a temperature of 0 (the same path in every
+    process). The path is returned whole: the caller slices it against what a call
+    allocates (``slice_search.fit_slices``), which counts more than intermediates."""
+    import cotengra
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        tree = cotengra.ContractionTree.from_path([tuple(t) for t in terms], tuple(output),
+                                                  dict(sizes), path=[tuple(p) for p in path])
+        tree.slice_and_reconfigure_(max(1, int(target)), temperature=0.0,
+                                    minimize=COTENGRA_MINIMIZE)
+        return [tuple(p) for p in tree.get_path()]
 
 
 def reordered_for_peak(terms, output, sizes, path) -> list[tuple[int, ...]]:

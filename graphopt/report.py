@@ -227,8 +227,10 @@ class OptimizationReport:
 
     def slicing_lines(self) -> list[str]:
         """One line per sliced contraction: the labels sliced and the number of slices, the
-        FLOP overhead of recomputing steps per slice, the largest intermediate of one slice
-        against the limit, and how many slices run at once."""
+        FLOP overhead of recomputing steps per slice (against its path unsliced), the
+        largest intermediate of one slice against the limit, and how many slices run at
+        once; beneath it, where the path was searched with its slices, how, and the FLOPs
+        that the unsliced path's slicing cost."""
         sliced = [r for rec in self.records if rec.name == "slicing"
                   for r in rec.details.get("sliced", ())]
         if not sliced:
@@ -243,6 +245,15 @@ class OptimizationReport:
                 f"{_mb(r['largest_intermediate_unsliced_bytes'])} -> "
                 f"{_mb(r['largest_intermediate_bytes'])} per slice  up to "
                 f"{r.get('slice_workers', 1)} slice(s) at once")
+            s = r.get("path_search")
+            if s and s["searcher"] != "none":
+                before = "none fitted" if s["flops_before"] is None else \
+                    f"{s['flops_before']:.3g} FLOPs"
+                lines.append(f"      path searched with its slices ({s['searcher']}): "
+                             f"along the unsliced path {before} -> {r['flops']:.3g}; "
+                             f"{s['seconds'] * 1e3:.1f} ms of a "
+                             f"{s['budget_seconds'] * 1e3:.1f} ms budget, path cache "
+                             f"{s['cache']}")
         return lines
 
     def to_markdown(self) -> str:

@@ -32,6 +32,7 @@ from .contraction_program import (
     LIST_BYTES_PER_ITEM,
     PathContraction,
     c_strides,
+    call_object_bytes,
     path_contraction,
     view_bytes,
 )
@@ -67,6 +68,13 @@ def slice_loop_bytes(sizes: dict, block: dict) -> int:
     (``SLICE_RANGE_BYTES`` each) and ``SLICE_LOOP_BYTES``."""
     ranges = sum(len(slice_ranges(sizes[c], b)) for c, b in block.items())
     return sys.getsizeof(sizes) + SLICE_RANGE_BYTES * ranges + SLICE_LOOP_BYTES
+
+
+def least_sliced_workspace_bytes(n_terms: int, sizes: dict) -> int:
+    """A floor under ``contraction_workspace_bytes`` of any path and slicing of a
+    contraction of ``n_terms`` operands over labels of ``sizes``: a sliced call's own
+    objects (its steps' and operands', its loop's) with no array at all."""
+    return call_object_bytes(max(1, n_terms - 1), n_terms) + slice_loop_bytes(sizes, {})
 
 
 def contraction_workspace_bytes(equation: str, shapes, path, slices, blocks, dtype,

@@ -94,3 +94,18 @@ def test_memory_benchmark_sets_the_measured_peak_beside_the_prediction(tmp_path)
         # how far the measure falls below it depends on how the threads interleave
         low = 0.9 / r["at_once"]
         assert low <= r["ratio"] <= 1.1 and r["within_limit"], r
+
+
+def test_sliced_networks_benchmark_runs_within_the_limit_and_checks_results(tmp_path):
+    pytest.importorskip("cotengra")
+    from benchmarks import sliced_networks
+
+    out = tmp_path / "sliced.json"
+    assert sliced_networks.main(["--mode", "default", "--instances", "lattice5x6",
+                                 "--fractions", "16", "--json", str(out)]) == 0
+    (row,) = json.loads(out.read_text())
+    assert row["slices"] > 1 and row["measured_peak"] <= row["limit"], row
+    assert row["max_rel_diff"] < 1e-12 and row["cotengra_max_rel_diff"] < 1e-12, row
+    # the path searched with its slices costs fewer FLOPs than slicing the unsliced one
+    assert row["flops"] < row["flops_unsliced_path"], row
+    assert "| lattice5x6 (30 tensors) | 1/16 of the peak |" in sliced_networks.table([row])

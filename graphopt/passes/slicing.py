@@ -10,7 +10,10 @@ and outputs are not counted, as ``memory_limit`` says). Where the workspace exce
 share it first runs the path's contractions in the order that holds the fewest at once
 (``path_searchers.reordered_for_peak``: the same FLOPs; enough on its own for some networks),
 then chooses labels to slice, within ``SLICE_HEADROOM`` of the share, and searches the
-path again for the sliced sizes (``slice_search.fit_slices``). It sets ``attrs["slices"]`` (labels),
+path again for the sliced sizes (``slice_search.fit_slices``), then with the slicing in
+view, within a budget the slices' cost sets (``sliced_path_search``: cotengra's
+slice-and-reconfigure and sliced hyper-optimizer trials; a limit that no slicing of the
+unsliced path meets may be met along a path searched so). It sets ``attrs["slices"]`` (labels),
 ``attrs["slice_blocks"]`` (index values per slice) and ``attrs["path"]``; backends run the
 node as a loop over slices (``sliced_contraction.sliced_contract``) or as one task per
 slice (dask). With more than one thread (``compile(threads=)``, else the machine's) it may
@@ -26,7 +29,8 @@ Details: ``memory_limit``; ``checked`` (multi-operand einsums examined); ``repat
 whose path reordered or searched again fits without slicing: node, path, reordered); ``sliced`` (per
 sliced node: node, equation, slices, slice_blocks, n_slices, FLOPs with and without
 slicing, flop_overhead, largest intermediate before/after, predicted_peak_bytes (its
-workspace), task_peak_bytes, slice_workers); ``slices`` (node -> labels); ``flop_overhead``
+workspace), task_peak_bytes, slice_workers, path_search: the sliced path search's
+record); ``slices`` (node -> labels); ``flop_overhead``
 (over the sliced nodes); ``predicted_peak_bytes`` (the largest over the sliced nodes);
 ``n_slices`` (their sum); ``slice_workers`` (the most slices any node runs at once).
 """
@@ -45,6 +49,7 @@ from ..path_searchers import reordered_for_peak
 from ..paths import default_path, label_sizes, play
 from ..slice_search import fit_slices
 from ..sliced_contraction import contraction_workspace_bytes, slice_workers, splits_result
+from ..sliced_path_search import search_sliced_path
 from .manager import PassResult, register_pass
 
 
@@ -81,13 +86,15 @@ def held_around(G: nx.MultiDiGraph, n: int) -> int:
     return sum(ir.nbytes(G, u) for u in held)
 
 
-def _slice_node(G, n, limit: int, optimize, budget: int = 1) -> dict | None:
+def _slice_node(G, n, limit: int, optimize, budget: int = 1, options=None) -> dict | None:
     """The slicing record of node ``n`` (None where its path already runs within its share
     of ``limit``; see the module docstring).
 
     With a thread ``budget`` above 1 it also cuts slices for ``budget`` at once and keeps
     them where they cost at most ``PARALLEL_FLOP_OVERHEAD`` times the FLOPs;
-    ``slice_workers`` is how many slices may run at once within the share."""
+    ``slice_workers`` is how many slices may run at once within the share. ``options``:
+    the compile's, for ``path_time`` and ``path_cache`` (the sliced path search's)."""
+    options = options or {}
     d = G.nodes[n]
     eq, dtype = d["attrs"]["equation"], d["dtype"]
     operands = ir.operands(G, n)
@@ -116,7 +123,16 @@ def _slice_node(G, n, limit: int, optimize, budget: int = 1) -> dict | None:
             raise GraphError(f"the values it reads and writes take {limit - share} bytes of "
                              f"memory_limit={limit} on their own")
         share = int(share * SLICE_HEADROOM)
-        new_path, plan, _ = fit_slices(eq, shapes, path, dtype, share, optimize, 1, dtypes)
+        try:
+            found, refusal = fit_slices(eq, shapes, path, dtype, share, optimize, 1, dtypes), None
+        except GraphError as e:
+            found, refusal = None, e
+        try:
+            new_path, plan, _, searched = search_sliced_path(
+                eq, shapes, dtype, share, path, found, 1, dtypes,
+                time_budget=options.get("path_time"), cache=options.get("path_cache", True))
+        except GraphError:
+            raise refusal from None
     except GraphError as e:
         raise GraphError(f"slicing: {e.detail}; unsliced it needs {whole} bytes beside its "
                          f"operands and result, within memory_limit={limit}", op="einsum",
@@ -137,7 +153,7 @@ def _slice_node(G, n, limit: int, optimize, budget: int = 1) -> dict | None:
     ws = contraction_workspace_bytes(eq, shapes, new_path, plan.labels, plan.blocks, dtype,
                                      workers, dtypes)
     return {"node": n, "equation": eq, "path": new_path, "src": d.get("src"), **plan.to_dict(),
-            "slice_workers": workers, "predicted_peak_bytes": ws}
+            "slice_workers": workers, "predicted_peak_bytes": ws, "path_search": searched}
 
 
 def _workers(eq, shapes, path, plan, dtype, dtypes, share: int, budget: int) -> int:
@@ -151,7 +167,7 @@ def _workers(eq, shapes, path, plan, dtype, dtypes, share: int, budget: int) -> 
                          one, out_bytes, share, budget)
 
 
-@register_pass("slicing")
+@register_pass("slicing", options=("path_time", "path_cache"))
 def slicing(G: nx.MultiDiGraph, ctx) -> PassResult:
     """Slice multi-operand einsums whose workspace exceeds their share of
     ``ctx.memory_limit``."""
@@ -163,7 +179,7 @@ def slicing(G: nx.MultiDiGraph, ctx) -> PassResult:
     if limit is not None:
         budget = threads.budget_for(ctx.options.get("threads"), local=False)[0]
         for n in candidates:
-            rec = _slice_node(G, n, int(limit), ctx.optimize, budget)
+            rec = _slice_node(G, n, int(limit), ctx.optimize, budget, ctx.options)
             if rec is None:
                 continue
             attrs = dict(H.nodes[n]["attrs"], path=[tuple(p) for p in rec["path"]])

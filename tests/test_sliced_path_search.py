@@ -1,0 +1,122 @@
+"""The sliced path search (graphopt/sliced_path_search.py): a contraction that must be
+sliced gets a path searched with its slicing in view, and compile runs it within the
+limit."""
+
+import pathlib
+import sys
+
+import numpy as np
+import opt_einsum
+import pytest
+
+pytest.importorskip("cotengra")
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent / "passes"))
+from test_slicing import grid_equation, network_graph, network_inputs  # noqa: E402
+
+import graphopt as go  # noqa: E402
+from graphopt import path_searchers, sliced_path_search  # noqa: E402
+from graphopt.errors import GraphError  # noqa: E402
+from graphopt.passes.slicing import SLICE_HEADROOM  # noqa: E402
+from graphopt.slice_search import MAX_FLOP_OVERHEAD, fit_slices  # noqa: E402
+from graphopt.sliced_contraction import least_sliced_workspace_bytes  # noqa: E402
+from graphopt.sliced_path_search import search_sliced_path, sliced_budget  # noqa: E402
+
+
+def _network(rows, cols, bond):
+    eq = grid_equation(rows, cols)
+    shapes = [(bond,) * len(t) for t in eq.split("->")[0].split(",")]
+    return eq, shapes
+
+
+def _unsliced_path(eq, shapes):
+    g = network_graph(eq, shapes[0][0])
+    plan = go.compile(g, cache=False, threads=1)
+    return plan.report["contraction"].details["groups"][0]["path"], plan.predicted_peak_bytes
+
+
+def test_a_path_searched_sliced_costs_fewer_flops_than_slicing_the_unsliced_one(cache_dir):
+    # a 5x6 lattice at bond 8 under 1/16 of its peak: sliced along its unsliced best path it
+    # costs 1.2e10 FLOPs (2048 slices); searched with its slicing, about 30x fewer
+    eq, shapes = _network(5, 6, 8)
+    path, peak = _unsliced_path(eq, shapes)
+    budget = peak // 16
+    found = fit_slices(eq, shapes, path, "float64", budget)
+    p, plan, ws, rec = search_sliced_path(eq, shapes, "float64", budget, path, found)
+    assert ws <= budget and plan.flops * 4 < found[1].flops
+    assert rec["flops_before"] == found[1].flops and rec["cache"] == "miss"
+    assert rec["searcher"].startswith("cotengra slice-and-reconfigure")
+    # the budget followed the best slicing: it is what that slicing's run is worth
+    assert rec["budget_seconds"] == sliced_budget(plan, None, len(shapes))
+    again = search_sliced_path(eq, shapes, "float64", budget, path, found)
+    assert again[3]["cache"] == "hit" and again[0] == p and again[1] == plan
+
+
+def test_compile_meets_a_limit_no_slicing_of_the_unsliced_path_meets(cache_dir):
+    # a 6x6 lattice at bond 4 under 1/10 of its peak: every slicing of its unsliced path
+    # needs more; along the path searched sliced it runs within the limit, and right
+    eq, shapes = _network(6, 6, 4)
+    path, peak = _unsliced_path(eq, shapes)
+    limit = peak // 10
+    with pytest.raises(GraphError):     # (the pass slices within SLICE_HEADROOM of it)
+        fit_slices(eq, shapes, path, "float64", int(limit * SLICE_HEADROOM))
+    g = network_graph(eq, 4)
+    plan = go.compile(g, cache=False, threads=1, memory_limit=limit)
+    (rec,) = plan.report["slicing"].details["sliced"]
+    assert rec["path_search"]["flops_before"] is None
+    assert "path searched with its slices" in str(plan.report)
+    assert "along the unsliced path none fitted" in str(plan.report)
+    assert rec["flop_overhead"] < 2 * MAX_FLOP_OVERHEAD
+    inputs = network_inputs(eq, 4)
+    expected = opt_einsum.contract(eq, *inputs.values(), optimize="greedy")
+    np.testing.assert_allclose(plan(**inputs), expected, rtol=1e-9)
+    assert plan.measure_peak_bytes(**inputs) <= limit
+
+
+def test_the_first_slicing_stands_without_cotengra_or_budget(cache_dir, monkeypatch):
+    eq, shapes = _network(5, 6, 8)
+    path, peak = _unsliced_path(eq, shapes)
+    budget = peak // 16
+    found = fit_slices(eq, shapes, path, "float64", budget)
+    # path_time=0: no search
+    p, plan, ws, rec = search_sliced_path(eq, shapes, "float64", budget, path, found,
+                                          time_budget=0)
+    assert (p, plan, ws) == found and rec["searcher"] == "none"
+    monkeypatch.setattr(path_searchers, "cotengra_available", lambda: False)
+    p, plan, ws, rec = search_sliced_path(eq, shapes, "float64", budget, path, found)
+    assert (p, plan, ws) == found and rec["searcher"] == "none"
+    # and without a first slicing, nothing fits: the caller's refusal stands
+    with pytest.raises(GraphError, match="no path searched"):
+        search_sliced_path(eq, shapes, "float64", budget, path, None)
+
+
+def test_a_budget_below_the_call_s_own_objects_is_not_searched(cache_dir, monkeypatch):
+    # no path can meet it: refused at once, cotengra never asked
+    eq, shapes = _network(6, 6, 4)
+    path, _ = _unsliced_path(eq, shapes)
+    sizes = dict.fromkeys(eq.replace(",", "").replace("->", ""), 4)
+    floor = least_sliced_workspace_bytes(len(shapes), sizes)
+
+    def fail(*args, **kwargs):
+        raise AssertionError("searched")
+
+    monkeypatch.setattr(path_searchers, "slice_reconfigured", fail)
+    with pytest.raises(GraphError):
+        search_sliced_path(eq, shapes, "float64", floor - 1, path, None)
+
+
+def test_slice_and_reconfigure_gives_the_same_path_every_time():
+    eq, shapes = _network(5, 5, 6)
+    path, _ = _unsliced_path(eq, shapes)
+    terms = eq.split("->")[0].split(",")
+    sizes = dict.fromkeys("".join(terms), 6)
+    first = path_searchers.slice_reconfigured(terms, "", sizes, path, 216)
+    assert first == path_searchers.slice_reconfigured(terms, "", sizes, path, 216)
+    assert sorted(first) != sorted(path) or first != path   # it searched: a new order
+
+
+def test_the_sliced_key_tells_budgets_dtypes_and_workers_apart():
+    eq, shapes = _network(3, 3, 4)
+    keys = {sliced_path_search.sliced_key(eq, shapes, dt, b, w)
+            for dt in ("float64", "complex128") for b in (1000, 2000) for w in (1, 2)}
+    assert len(keys) == 8
