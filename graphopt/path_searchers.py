@@ -142,7 +142,8 @@ class HyperTrials:
     def __init__(self, terms, output, sizes, slice_target: int | None = None):
         """``slice_target``: each trial is sliced until its intermediates are within that
         many elements, reconfigured as it is sliced, and scored sliced (cotengra's
-        ``slicing_reconf_opts``); its path is returned whole, for the caller to slice."""
+        ``slicing_reconf_opts``); ``trial`` returns the path, ``sliced_labels`` what the
+        best trial sliced."""
         import cotengra
         sliced = {} if slice_target is None else \
             {"slicing_reconf_opts": {"target_size": max(1, int(slice_target))}}
@@ -163,6 +164,11 @@ class HyperTrials:
             warnings.simplefilter("ignore")
             self._opt.search(*self._args)
         return [tuple(p) for p in self._opt.path]
+
+    def sliced_labels(self) -> tuple:
+        """The labels the best trial so far sliced (none without ``slice_target``)."""
+        tree = self._opt.tree
+        return tuple(getattr(tree, "sliced_inds", ()))
 
     @property
     def trials(self) -> int:
@@ -195,13 +201,15 @@ def reconfigured(terms, output, sizes, steps: Steps, subtree_size: int = 8,
             return None
 
 
-def slice_reconfigured(terms, output, sizes, path, target: int) -> list[tuple[int, ...]]:
-    """``path`` re-ordered for slicing: cotengra's slice-and-reconfigure, which slices the
-    tree a label or two at a time until every intermediate is within ``target`` elements
-    and reconfigures its subtrees after each cut, so the order suits what is left of each
-    tensor. Its slicing picks labels at a temperature of 0 (the same path in every
-    process). The path is returned whole: the caller slices it against what a call
-    allocates (``slice_search.fit_slices``), which counts more than intermediates."""
+def slice_reconfigured(terms, output, sizes, path, target: int
+                       ) -> tuple[list[tuple[int, ...]], tuple]:
+    """``(path, labels)``: ``path`` re-ordered for slicing by cotengra's
+    slice-and-reconfigure, which slices the tree a label or two at a time until every
+    intermediate is within ``target`` elements and reconfigures its subtrees after each cut,
+    so the order suits what is left of each tensor; ``labels``: what it sliced. Its slicing
+    picks labels at a temperature of 0 (the same path in every process). The caller
+    checks the slicing against what a call allocates, which counts more than
+    intermediates."""
     import cotengra
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -209,7 +217,7 @@ def slice_reconfigured(terms, output, sizes, path, target: int) -> list[tuple[in
                                                   dict(sizes), path=[tuple(p) for p in path])
         tree.slice_and_reconfigure_(max(1, int(target)), temperature=0.0,
                                     minimize=COTENGRA_MINIMIZE)
-        return [tuple(p) for p in tree.get_path()]
+        return [tuple(p) for p in tree.get_path()], tuple(tree.sliced_inds)
 
 
 def reordered_for_peak(terms, output, sizes, path) -> list[tuple[int, ...]]:

@@ -192,7 +192,18 @@ def find_slices(equation: str, sizes: dict, path, itemsize: int, limit: int) -> 
                              "one index")
         state.apply(best[1], best[2])
     _relax(state)
-    blocks = dict(state.blocks)
+    return slice_plan(equation, sizes, path, itemsize, state.blocks, steps, base)
+
+
+def slice_plan(equation: str, sizes: dict, path, itemsize: int, blocks: dict,
+               steps=None, base: SliceCost | None = None) -> SlicePlan:
+    """The ``SlicePlan`` of slicing ``equation`` along ``path`` in ``blocks`` (label ->
+    index values per slice); ``steps`` and ``base`` (the path played, its unsliced cost)
+    where the caller has them."""
+    terms, output = split_equation(equation)
+    steps = steps if steps is not None else play_path(terms, output, path)
+    base = base or slice_cost(steps, len(terms), output, sizes, {})
+    blocks = {c: int(b) for c, b in blocks.items() if c in sizes and b < sizes[c]}
     cost = slice_cost(steps, len(terms), output, sizes, blocks)
     order = [c for c in dict.fromkeys(equation) if c in blocks]
     parts = tuple(-(-sizes[c] // blocks[c]) for c in order)

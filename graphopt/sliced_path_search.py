@@ -12,12 +12,16 @@ budget:
    slice_reconfigured``) at each intermediate target of ``TARGET_FRACTIONS`` of the
    budget, while the counted budget pays (``SLICE_RECONF_SECONDS_PER_TENSOR`` each);
 2. by the clock, where at least ``HYPER_MIN_SECONDS`` are left: cotengra's
-   hyper-optimizer with its trials sliced and scored sliced.
+   hyper-optimizer with its trials sliced to the first of those targets, and scored
+   sliced.
 
-Every path found is sliced again by ``fit_slices`` against what a call really allocates;
-the least estimated run time that fits wins (``sliced_seconds``: FLOPs, and a cost per step
-of each slice, so that many tiny slices do not pass for cheap), within
-``MAX_FLOP_OVERHEAD`` times the unsliced path's. The budget: ``path_time`` where the user
+Every path found is sliced again by ``fit_slices`` against what a call really allocates,
+and cotengra's own slicing of it is kept too where it fits that (graphopt's halving of
+label blocks suits a path it was handed less well than cotengra's slicing suits the path it
+reconfigured for it: a 5x8 lattice at 1/4 of its peak, 36 slices at 2.2e8 FLOPs against 288
+at 9.5e8 re-sliced); the least estimated run time that fits wins (``sliced_seconds``:
+FLOPs, and a cost per step of each slice, so that many tiny slices do not pass for cheap),
+within ``MAX_FLOP_OVERHEAD`` times the unsliced path's. The budget: ``path_time`` where the user
 set it; by default ``SEARCH_FRACTION`` of the estimated run time of the best slicing so
 far, at most ``DEFAULT_MAX_SECONDS``: the rule of the unsliced search (``path_search``),
 with the slices' cost as the stake. Without cotengra the first slicing
@@ -46,8 +50,8 @@ from .search_budget import (
     SEARCH_FRACTION,
     check_time_budget,
 )
-from .slice_search import MAX_FLOP_OVERHEAD, SlicePlan, fit_slices
-from .sliced_contraction import least_sliced_workspace_bytes
+from .slice_search import MAX_FLOP_OVERHEAD, SlicePlan, fit_slices, slice_plan
+from .sliced_contraction import contraction_workspace_bytes, least_sliced_workspace_bytes
 
 # Intermediate targets (fractions of the memory budget, in elements) that slice-and-
 # reconfigure runs at, in order. A call holds several intermediates and the steps' operand
@@ -94,6 +98,104 @@ def sliced_key(equation: str, shapes, dtype, budget: int, workers: int) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:32]
 
 
+class _SlicedSearch:
+    """One search's state: the network, the byte budget, the best ``(path, plan, workspace
+    bytes)`` so far and what ran."""
+
+    def __init__(self, equation, shapes, dtype, budget, path, found, workers,
+                 operand_dtypes, time_budget):
+        self.equation, self.shapes, self.dtype, self.budget = equation, shapes, dtype, budget
+        self.workers, self.operand_dtypes, self.time_budget = workers, operand_dtypes, time_budget
+        self.terms, self.output = split_equation(equation)
+        self.sizes = label_sizes(equation, shapes)
+        self.itemsize = np.dtype(dtype).itemsize
+        self.path, self.best, self.t0 = [tuple(p) for p in path], found, time.perf_counter()
+        # a slicing that costs more than MAX_FLOP_OVERHEAD times the unsliced path's run, as
+        # fit_slices refuses along one path: a searched path's own unsliced FLOPs may be
+        # many times those (a 4x5 lattice under 1/24 of its peak: a billion slices)
+        self.most = MAX_FLOP_OVERHEAD * sliced_seconds(
+            play(self.terms, self.output, self.sizes, self.path).flops, 1, len(self.terms))
+        self.ran: list[str] = []
+        self.considered: set = set()
+
+    def seconds_of(self, fit) -> float:
+        return sliced_seconds(fit[1].flops, fit[1].n_slices, len(self.terms))
+
+    def seconds(self) -> float:     # follows the best slicing so far: asked each time
+        return sliced_budget(self.best[1] if self.best else None, self.time_budget,
+                             len(self.terms))
+
+    def left(self) -> float:
+        return self.seconds() - (time.perf_counter() - self.t0)
+
+    def consider(self, path, blocks=None) -> None:
+        """Keep the better of ``fit_slices`` along ``path`` and, where given, the slicing
+        ``blocks`` (label -> index values per slice: cotengra's own, or a cached one) where
+        it fits."""
+        path = [tuple(p) for p in path]
+        seen = (tuple(path), tuple(sorted((blocks or {}).items())))
+        if seen in self.considered:     # (a hyper-optimizer chunk that found nothing new)
+            return
+        self.considered.add(seen)
+        fits = []
+        try:
+            fits.append(fit_slices(self.equation, self.shapes, path, self.dtype, self.budget,
+                                   workers=self.workers, operand_dtypes=self.operand_dtypes,
+                                   repath=False))
+        except GraphError:
+            pass
+        if blocks:
+            plan = slice_plan(self.equation, self.sizes, path, self.itemsize, blocks)
+            ws = contraction_workspace_bytes(self.equation, self.shapes, path, plan.labels,
+                                             plan.blocks, self.dtype, self.workers,
+                                             self.operand_dtypes)
+            if ws <= self.budget:
+                fits.append((path, plan, ws))
+        for fit in fits:
+            if self.seconds_of(fit) <= self.most and \
+                    (self.best is None or self.seconds_of(fit) < self.seconds_of(self.best)):
+                self.best = fit
+
+    def slice_and_reconfigure(self) -> None:
+        """Step 1: at each target of ``TARGET_FRACTIONS`` the counted budget pays for. From
+        the unsliced path, not the first slicing's (searched again for its sliced sizes):
+        as good or better on all 7 limits above (a 6x6 lattice at 1/16: 6.1e9 FLOPs
+        against 1.8e10)."""
+        counted, per = 0.0, SLICE_RECONF_SECONDS_PER_TENSOR * len(self.terms)
+        for fraction in TARGET_FRACTIONS:
+            if counted + per > self.seconds():
+                return
+            counted += per
+            target = max(1, int(self.budget * fraction) // self.itemsize)
+            path, sliced = searchers.slice_reconfigured(self.terms, self.output, self.sizes,
+                                                        self.path, target)
+            self.consider(path, dict.fromkeys(sliced, 1))
+            self.ran.append(f"1/{round(1 / fraction)}")
+
+    def by_the_clock(self) -> int:
+        """Step 2, where a slicing was found and ``HYPER_MIN_SECONDS`` are left: sliced
+        hyper-optimizer trials (to the first target of ``TARGET_FRACTIONS``) until the
+        budget is spent; how many ran."""
+        if self.best is None or self.left() < HYPER_MIN_SECONDS:
+            return 0
+        target = max(1, int(self.budget * TARGET_FRACTIONS[0]) // self.itemsize)
+        trials = searchers.HyperTrials(self.terms, self.output, self.sizes, slice_target=target)
+        while True:
+            per_trial = trials.seconds_per_trial() or \
+                HYPER_TRIAL_SECONDS_PER_TENSOR * len(self.terms)
+            chunk = min(HYPER_CHUNK_SECONDS, self.left() - per_trial)
+            if chunk <= 0:
+                return trials.trials
+            self.consider(trials.trial(chunk), dict.fromkeys(trials.sliced_labels(), 1))
+
+    def searcher(self, hyper_trials: int) -> str:
+        names = [f"cotengra slice-and-reconfigure ({', '.join(self.ran)} of the budget)"] \
+            if self.ran else []
+        if hyper_trials:
+            names.append(f"{searchers.HyperTrials.name}, sliced ({hyper_trials} trials)")
+        return ", then ".join(names) or "none"
+
+
 def search_sliced_path(equation: str, shapes, dtype, budget: int, path, found=None,
                        workers: int = 1, operand_dtypes=None,
                        time_budget: float | None = None,
@@ -105,82 +207,37 @@ def search_sliced_path(equation: str, shapes, dtype, budget: int, path, found=No
     (``found``'s, or None), cache ("hit", "miss" or "off"). Raises ``GraphError`` where
     nothing found fits."""
     check_time_budget(time_budget)
-    t0 = time.perf_counter()
-    terms, output = split_equation(equation)
-    sizes = label_sizes(equation, shapes)
-    best = found
-    # a slicing that costs more than MAX_FLOP_OVERHEAD times the unsliced path's run, as
-    # fit_slices refuses along one path: a searched path's own unsliced FLOPs may be many
-    # times those (a 4x5 lattice under 1/24 of its peak: a billion slices, 1.2e13 FLOPs)
-    most = MAX_FLOP_OVERHEAD * sliced_seconds(play(terms, output, sizes, path).flops, 1,
-                                              len(terms))
-
-    def seconds_of(fit) -> float:
-        return sliced_seconds(fit[1].flops, fit[1].n_slices, len(terms))
-
-    def consider(p) -> None:
-        nonlocal best
-        try:
-            fit = fit_slices(equation, shapes, p, dtype, budget, workers=workers,
-                             operand_dtypes=operand_dtypes, repath=False)
-        except GraphError:
-            return
-        if seconds_of(fit) <= most and (best is None or seconds_of(fit) < seconds_of(best)):
-            best = fit
-
-    def seconds() -> float:      # follows the best slicing so far: asked each time
-        return sliced_budget(best[1] if best else None, time_budget, len(terms))
+    run = _SlicedSearch(equation, shapes, dtype, budget, path, found, workers,
+                        operand_dtypes, time_budget)
 
     def result(rec):
-        if best is None:
+        if run.best is None:
             raise GraphError(f"no path searched ({rec['searcher']}) slices within {budget} "
                              "bytes either")
-        return (*best, rec)
+        return (*run.best, rec)
 
-    record = {"searcher": "none", "seconds": 0.0, "budget_seconds": seconds(),
+    record = {"searcher": "none", "seconds": 0.0, "budget_seconds": run.seconds(),
               "flops_before": found[1].flops if found else None, "cache": "off"}
-    if not searchers.cotengra_available() or len(terms) <= 2 or \
-            budget < least_sliced_workspace_bytes(len(terms), sizes):
+    if not searchers.cotengra_available() or len(run.terms) <= 2 or \
+            budget < least_sliced_workspace_bytes(len(run.terms), run.sizes):
         return result(record)       # (no path could: the call's own objects exceed it)
     key = sliced_key(equation, shapes, dtype, budget, workers) if cache else None
-    kept = path_cache.cached(key, terms, output, sizes) if cache else None
+    kept = path_cache.cached(key, run.terms, run.output, run.sizes) if cache else None
     if kept is not None:
-        consider(kept[0].path)
-        if kept[1]["budget_seconds"] >= seconds():
+        run.consider(kept[0].path, dict(zip(kept[1].get("slices", ()),
+                                            kept[1].get("slice_blocks", ()))))
+        if kept[1]["budget_seconds"] >= run.seconds():
             return result(dict(record, searcher=kept[1]["searcher"], cache="hit"))
-
-    itemsize = np.dtype(dtype).itemsize
-    counted, per, ran = 0.0, SLICE_RECONF_SECONDS_PER_TENSOR * len(terms), []
-    # from the unsliced path, not the first slicing's (searched again for its sliced sizes):
-    # as good or better on all 7 limits above (a 6x6 lattice at 1/16: 6.1e9 against 1.8e10)
-    start = [tuple(p) for p in path]
-    for fraction in TARGET_FRACTIONS:
-        if counted + per > seconds():
-            break
-        counted += per
-        target = max(1, int(budget * fraction) // itemsize)
-        consider(searchers.slice_reconfigured(terms, output, sizes, start, target))
-        ran.append(f"1/{round(1 / fraction)}")
-    searcher = f"cotengra slice-and-reconfigure ({', '.join(ran)} of the budget)" if ran \
-        else "none"
-    if best is not None and seconds() - (time.perf_counter() - t0) >= HYPER_MIN_SECONDS:
-        trials = searchers.HyperTrials(terms, output, sizes,
-                                       slice_target=max(1, best[1].largest_bytes // itemsize))
-        while True:
-            per_trial = trials.seconds_per_trial() or HYPER_TRIAL_SECONDS_PER_TENSOR * len(terms)
-            chunk = min(HYPER_CHUNK_SECONDS, seconds() - (time.perf_counter() - t0) - per_trial)
-            if chunk <= 0:
-                break
-            consider(trials.trial(chunk))
-        if trials.trials:
-            searcher = ("" if searcher == "none" else searcher + ", then ") + \
-                f"{searchers.HyperTrials.name}, sliced ({trials.trials} trials)"
-    elapsed = round(time.perf_counter() - t0, 4)
-    record.update(searcher=searcher, seconds=elapsed, budget_seconds=seconds())
-    if cache and best is not None and searcher != "none":
-        steps = play(terms, output, sizes, best[0])
+    run.slice_and_reconfigure()
+    searcher = run.searcher(run.by_the_clock())
+    elapsed = round(time.perf_counter() - run.t0, 4)
+    record.update(searcher=searcher, seconds=elapsed, budget_seconds=run.seconds())
+    if cache and run.best is not None and searcher != "none":
+        steps = play(run.terms, run.output, run.sizes, run.best[0])
+        plan = run.best[1]
         path_cache.store(key, steps, {"path": [list(p) for p in steps.path],
-                                      "searcher": searcher,
+                                      "slices": list(plan.labels),
+                                      "slice_blocks": list(plan.blocks), "searcher": searcher,
                                       "budget_seconds": record["budget_seconds"],
                                       "seconds": elapsed, "combo": steps.combo})
         record["cache"] = "miss"

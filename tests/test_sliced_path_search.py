@@ -110,9 +110,9 @@ def test_slice_and_reconfigure_gives_the_same_path_every_time():
     path, _ = _unsliced_path(eq, shapes)
     terms = eq.split("->")[0].split(",")
     sizes = dict.fromkeys("".join(terms), 6)
-    first = path_searchers.slice_reconfigured(terms, "", sizes, path, 216)
-    assert first == path_searchers.slice_reconfigured(terms, "", sizes, path, 216)
-    assert sorted(first) != sorted(path) or first != path   # it searched: a new order
+    first, sliced = path_searchers.slice_reconfigured(terms, "", sizes, path, 216)
+    assert (first, sliced) == path_searchers.slice_reconfigured(terms, "", sizes, path, 216)
+    assert first != path and sliced        # it sliced, and reordered the path for it
 
 
 def test_the_sliced_key_tells_budgets_dtypes_and_workers_apart():
@@ -120,3 +120,26 @@ def test_the_sliced_key_tells_budgets_dtypes_and_workers_apart():
     keys = {sliced_path_search.sliced_key(eq, shapes, dt, b, w)
             for dt in ("float64", "complex128") for b in (1000, 2000) for w in (1, 2)}
     assert len(keys) == 8
+
+
+def test_cotengra_s_own_slicing_is_kept_where_it_fits_the_workspace(cache_dir, monkeypatch):
+    # graphopt's re-slicing of every searched path refused: what is left is cotengra's own
+    # slicing of the path it reconfigured, checked against the same workspace
+    eq, shapes = _network(5, 6, 8)
+    path, peak = _unsliced_path(eq, shapes)
+    budget = peak // 4
+    found = fit_slices(eq, shapes, path, "float64", budget)
+
+    def refuse(*args, **kwargs):
+        raise GraphError("refused")
+
+    monkeypatch.setattr(sliced_path_search, "fit_slices", refuse)
+    p, plan, ws, rec = search_sliced_path(eq, shapes, "float64", budget, path, found,
+                                          time_budget=0.2, cache=False)
+    assert plan is not found[1] and ws <= budget and set(plan.blocks) == {1}
+    terms = eq.split("->")[0].split(",")
+    sizes = dict.fromkeys("".join(terms), 8)
+    candidates = [path_searchers.slice_reconfigured(terms, "", sizes, path,
+                                                    int(budget * f) // 8)
+                  for f in sliced_path_search.TARGET_FRACTIONS]
+    assert (p, set(plan.labels)) in [(q, set(s)) for q, s in candidates]
