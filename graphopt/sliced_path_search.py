@@ -11,7 +11,8 @@ budget:
 1. cotengra's slice-and-reconfigure of the unsliced path (``path_searchers.
    slice_reconfigured``) at each intermediate target of ``TARGET_FRACTIONS`` of the
    budget, while the counted budget pays (``SLICE_RECONF_SECONDS_PER_TENSOR`` each);
-2. by the clock, where at least ``HYPER_MIN_SECONDS`` are left: cotengra's
+2. by the clock, where at least ``HYPER_MIN_SECONDS`` are left (and a slicing was found,
+   or ``path_time`` set the budget): cotengra's
    hyper-optimizer with its trials sliced to the first of those targets, and scored
    sliced.
 
@@ -173,10 +174,11 @@ class _SlicedSearch:
             self.ran.append(f"1/{round(1 / fraction)}")
 
     def by_the_clock(self) -> int:
-        """Step 2, where a slicing was found and ``HYPER_MIN_SECONDS`` are left: sliced
+        """Step 2, where ``HYPER_MIN_SECONDS`` are left and a slicing was found (or the user
+        set the budget: with none found the default budget is the counted steps'): sliced
         hyper-optimizer trials (to the first target of ``TARGET_FRACTIONS``) until the
         budget is spent; how many ran."""
-        if self.best is None or self.left() < HYPER_MIN_SECONDS:
+        if self.left() < HYPER_MIN_SECONDS or (self.best is None and self.time_budget is None):
             return 0
         target = max(1, int(self.budget * TARGET_FRACTIONS[0]) // self.itemsize)
         trials = searchers.HyperTrials(self.terms, self.output, self.sizes, slice_target=target)
