@@ -29,6 +29,7 @@ library, once at the libraries' defaults, each in a child process (as ``benchmar
 from __future__ import annotations
 
 import argparse
+import functools
 import gc
 import json
 import math
@@ -280,15 +281,22 @@ def table(rows: list[dict]) -> str:
     return "\n".join(out)
 
 
-def _run(args) -> list[dict]:
+def run_rows(jobs) -> list[dict]:
+    """Each job's row (``jobs``: ``(row stub, thunk)`` pairs), or its stub with "skipped"
+    where a package it needs is not installed; each printed as JSON as it comes."""
     rows = []
-    for name in args.instances:
+    for stub, measure_row in jobs:
         try:
-            rows.append(measure(name, args.budget))
+            rows.append(measure_row())
         except ImportError as e:
-            rows.append({"instance": name, "skipped": f"{e.name} is not installed"})
+            rows.append(dict(stub, skipped=f"{e.name} is not installed"))
         print(json.dumps(rows[-1], default=str), flush=True)
     return rows
+
+
+def _run(args) -> list[dict]:
+    return run_rows(({"instance": name}, functools.partial(measure, name, args.budget))
+                    for name in args.instances)
 
 
 def main(argv=None) -> int:

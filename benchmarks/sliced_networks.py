@@ -25,12 +25,12 @@ once at the libraries' defaults, each in a child process (as ``benchmarks.run``)
 from __future__ import annotations
 
 import argparse
-import json
+import functools
 import sys
 import time
 import warnings
 
-from .networks import _median_call, _random_arrays, _terms
+from .networks import _median_call, _random_arrays, _terms, run_rows
 from .run import main_per_mode
 
 
@@ -88,7 +88,7 @@ def measure(name: str, fraction: int) -> dict:
     try:
         plan = go.compile(g, cache=False, path_cache=False, memory_limit=limit)
     except go.GraphError as e:
-        return dict(row, refused=e.detail[:160])
+        return dict(row, refused=f"refused: {e.detail[:160]}")
     row["compile_s"] = time.perf_counter() - t0
     (rec,) = plan.report["slicing"].details["sliced"] or [None]
     ref = opt_einsum.contract(eq, *arrays, optimize="greedy")
@@ -127,8 +127,8 @@ def table(rows: list[dict]) -> str:
            "| cotengra ms / graphopt ms |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         head = f"| {r['instance']} ({r['tensors']} tensors) | {r['fraction']} of the peak"
-        if "refused" in r:
-            out.append(f"{head} | refused: {r['refused']} |" + " |" * 8)
+        if "refused" in r or "skipped" in r:
+            out.append(f"{head} | {r.get('refused') or r['skipped']} |" + " |" * 8)
             continue
         ratio = r["cotengra_ms"] / r["call_ms"] if "cotengra_ms" in r else None
         out.append(
@@ -141,16 +141,9 @@ def table(rows: list[dict]) -> str:
 
 
 def _run(args) -> list[dict]:
-    rows = []
-    for name in args.instances:
-        for fraction in args.fractions:
-            try:
-                rows.append(measure(name, fraction))
-            except ImportError as e:
-                rows.append({"instance": name, "tensors": 0, "fraction": f"1/{fraction}",
-                             "refused": f"{e.name} is not installed"})
-            print(json.dumps(rows[-1], default=str), flush=True)
-    return rows
+    return run_rows(({"instance": name, "tensors": 0, "fraction": f"1/{fraction}"},
+                     functools.partial(measure, name, fraction))
+                    for name in args.instances for fraction in args.fractions)
 
 
 def main(argv=None) -> int:

@@ -59,7 +59,9 @@ from .paths import label_sizes, play_path
 OBJECT_BYTES_PER_STEP = 250
 # ... and per operand: the call's key (a shape and a strides tuple per operand) while it
 # looks up its program; measured at 100-120 bytes an operand on 80- and 150-operand calls
-OBJECT_BYTES_PER_OPERAND = 128
+# when a call also made a tuple of its operands and promoted them twice; without those
+# (``PathContraction.run``) 4-5 kB less on 150-200 operand networks: 104
+OBJECT_BYTES_PER_OPERAND = 104
 # A view NumPy makes of an array (an operand without its size-1 dims, or restricted to a
 # slice): 104 + 16 x ndim bytes on CPython 3.11 and NumPy 2.4 (tracemalloc; 140-150 at
 # ndim 3), and a list holds 8 bytes an item
