@@ -54,7 +54,7 @@ from .paths import label_sizes, play_path
 # operand lists. tracemalloc counts them as a call's memory; measured on CPython 3.11 and
 # NumPy 2.4 at 180-250 bytes a step on five networks of 80-200 steps (the operands' 128
 # counted apart); at 250, with np.einsum's own bytes counted as its steps' scratch, the
-# nine networks of benchmarks/networks.py measure 0.916-1.0016 of their predicted peaks
+# nine networks of benchmarks/networks.py measure 0.910-1.001 of their predicted peaks
 # (at 264, 0.896 on the circuit, whose arrays weigh little).
 OBJECT_BYTES_PER_STEP = 250
 # ... and per operand: the call's key (a shape and a strides tuple per operand) while it
