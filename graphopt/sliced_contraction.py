@@ -70,6 +70,12 @@ def slice_loop_bytes(sizes: dict, block: dict) -> int:
     return sys.getsizeof(sizes) + SLICE_RANGE_BYTES * ranges + SLICE_LOOP_BYTES
 
 
+def full_slice_shapes(terms, shapes, block: dict) -> list[tuple[int, ...]]:
+    """Each operand's shape in the first, full slice of ``block`` (label -> index values
+    per slice): every slice is no larger."""
+    return [tuple(min(d, block.get(c, d)) for c, d in zip(t, s)) for t, s in zip(terms, shapes)]
+
+
 def least_sliced_workspace_bytes(n_terms: int, sizes: dict) -> int:
     """A floor under ``contraction_workspace_bytes`` of any path and slicing of a
     contraction of ``n_terms`` operands over labels of ``sizes``: a sliced call's own
@@ -85,7 +91,8 @@ def contraction_workspace_bytes(equation: str, shapes, path, slices, blocks, dty
     ``operand_dtypes`` differ), and per slice in flight its program's arena and largest step
     scratch (``Program.peak_bytes``, for the largest slice; the slice's result counted where
     it is not written straight into the result: a summed label sliced, or a region that is
-    not C-contiguous) and its operand views (``slice_view_bytes``), and a result-sized
+    not C-contiguous; the larger of the full slice's and the one ragged in every label whose
+    block leaves a remainder) and its operand views (``slice_view_bytes``), and a result-sized
     buffer for each worker beyond the first where no output label is sliced
     (``parallel_workspace_bytes``)."""
     dtype = np.dtype(dtype)
@@ -97,12 +104,22 @@ def contraction_workspace_bytes(equation: str, shapes, path, slices, blocks, dty
     contract = contraction or path_contraction(equation, tuple(tuple(p) for p in path))
     blocks = [1] * len(slices) if blocks is None else list(blocks)
     block = {c: int(b) for c, b in zip(slices, blocks) if c in sizes}
-    sliced = shapes if not block else \
-        [tuple(min(d, block.get(c, d)) for c, d in zip(t, s)) for t, s in zip(terms, shapes)]
-    program = contract.program(sliced, dtype, [c_strides(s) for s in shapes])
-    per_slice = program.peak_bytes(into_out=_writes_into_result(output, sizes, block)) + \
-        (slice_view_bytes(terms, shapes, block) if block else 0)
-    loop = slice_loop_bytes(sizes, block) if block else 0
+    sliced = full_slice_shapes(terms, shapes, block)
+    strides = [c_strides(s) for s in shapes]
+    into_out = _writes_into_result(output, sizes, block)
+    peak = contract.program(sliced, dtype, strides).peak_bytes(into_out=into_out)
+    # the ragged slice of every label whose block leaves a remainder: it shares the full
+    # slice's arena, but may hold more objects (views without its size-1 labels, where a
+    # remainder is 1) and other steps' scratch (a step small enough for np.einsum)
+    rest = {c: sizes[c] % b for c, b in block.items() if sizes[c] % b}
+    if rest:
+        ragged = [tuple(rest.get(c, d) for c, d in zip(t, s)) for t, s in zip(terms, sliced)]
+        peak = max(peak, contract.program(ragged, dtype, strides, sliced).peak_bytes(
+            into_out=into_out))
+    per_slice = peak + (slice_view_bytes(terms, shapes, block) if block else 0)
+    # the loop's objects, and its list of the full slice's shapes (``sliced_contract``)
+    loop = slice_loop_bytes(sizes, block) + sys.getsizeof(sliced) + \
+        sum(map(sys.getsizeof, sliced)) if block else 0
     name = dtype.name               # a Python property in NumPy: ~1.5 us, once, not per operand
     casts = sum(math.prod(s) * dtype.itemsize for s, dt in zip(shapes, operand_dtypes or ())
                 if dt != name and np.dtype(dt) != dtype)
@@ -191,18 +208,21 @@ def sliced_contract(equation: str, path, slices, arrays: Sequence[np.ndarray], o
     regions = _Combinations(outer, sizes)
     parts = _Combinations(inner, sizes)
 
+    # a ragged slice's program takes the full slice's arena layout
+    full = full_slice_shapes(terms, [a.shape for a in arrays], dict(pairs))
     with progress.activity(f"sliced contraction {equation!r}") as act:
         if act is not None:
             act.set_phase("slices", total=len(regions) * len(parts))
         _run_slices(contract, arrays, terms, output, regions, parts, out, shape, dtype,
-                    workers, matmul, act)
+                    workers, matmul, act, full)
     return out
 
 
 def _run_slices(contract, arrays, terms, output, regions, parts, out, shape, dtype,
-                workers, matmul, act) -> None:
+                workers, matmul, act, full) -> None:
     """Every slice into ``out`` on up to ``workers`` threads (see ``sliced_contract``);
-    ``act``: the progress activity told of each slice done, or None."""
+    ``act``: the progress activity told of each slice done, or None; ``full``: the full
+    slice's operand shapes."""
 
     def fill(target, region, lo: int, hi: int) -> None:
         for k in range(lo, hi):
@@ -211,11 +231,11 @@ def _run_slices(contract, arrays, terms, output, regions, parts, out, shape, dty
             where = {**region, **parts[k]}
             views = [operand_view(a, t, where) for a, t in zip(arrays, terms)]
             if k == lo:
-                res = contract.run(views, target, matmul)
+                res = contract.run(views, target, matmul, full)
                 if res is not target:
                     np.copyto(target, res, casting="unsafe")
                 continue
-            res = contract.run(views, None, matmul)
+            res = contract.run(views, None, matmul, full)
             target += res
         if lo >= hi:  # a summed label of size 0: the empty sum
             target[...] = 0

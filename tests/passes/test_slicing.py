@@ -156,16 +156,17 @@ def test_sliced_plan_allocates_what_it_predicts_within_the_limit():
 
 def test_a_limit_of_kilobytes_holds_where_the_call_s_own_objects_weigh():
     # an 8x8 lattice at bond 2 holds 97 kB at once unsliced; under three quarters of that it
-    # runs in 256 slices of a few kB, where the loop's and np.einsum's own objects (index
-    # ranges, the views without each slice's size-1 labels, np.einsum's iterator) are a
-    # third of what a slice holds: counted, the call stays within the limit and within
-    # 10 % of the prediction (uncounted, it measured 1.28x the prediction)
+    # runs in 64-256 slices of a few kB (as its path is searched with them), where the
+    # loop's and np.einsum's own objects (index ranges, the views without each slice's
+    # size-1 labels, np.einsum's iterator) are a third of what a slice holds: counted, the
+    # call stays within the limit and within 10 % of the prediction (uncounted, it measured
+    # 1.28x the prediction)
     eq, bond = grid_equation(8, 8), 2
     g = network_graph(eq, bond)
     inputs = network_inputs(eq, bond)
     limit = go.compile(g, cache=False).predicted_peak_bytes * 3 // 4
     plan = go.compile(g, memory_limit=limit, cache=False, threads=1)
-    assert plan.report["slicing"].details["n_slices"] > 100
+    assert plan.report["slicing"].details["n_slices"] >= 64
     np.testing.assert_allclose(plan(**inputs), reference(eq, inputs), rtol=1e-9)
     measured = plan.measure_peak_bytes(**inputs)
     assert measured <= limit

@@ -126,3 +126,47 @@ def test_a_memory_limit_that_compiles_holds_on_generated_networks(net, fraction)
     _check(plan(*arrays), eq, arrays, dtype)
     assert plan.predicted_peak_bytes <= limit
     assert plan.measure_peak_bytes(*arrays) <= limit
+
+
+@st.composite
+def larger_networks(draw):
+    """Networks whose intermediates outweigh a call's Python objects (bonds of 3-8), so
+    that limits of a quarter or half of their peak are met by slicing, not refused."""
+    kind = draw(st.sampled_from(["lattice", "randreg", "hyper"]))
+    n, seed = draw(st.integers(0, 6)), draw(st.integers(0, 10_000))
+    d_min = draw(st.integers(3, 6))
+    d_max = draw(st.integers(d_min, 8))
+    if kind == "lattice":
+        inputs, output, shapes, _ = ctg.utils.lattice_equation(
+            [4 + n % 2, 4 + n // 2 % 2], d_min=d_min, d_max=d_max, seed=seed)
+    elif kind == "randreg":
+        inputs, output, shapes, _ = ctg.utils.randreg_equation(
+            14 + 2 * n, 3, d_min=d_min, d_max=d_max, seed=seed)
+    else:
+        inputs, output, shapes, _ = ctg.utils.rand_equation(
+            10 + n, 3, n_out=n % 3, n_hyper_in=n % 3, n_hyper_out=n % 2, d_min=2,
+            d_max=max(2, d_max // 2), seed=seed)
+    eq = ",".join("".join(t) for t in inputs) + "->" + "".join(output)
+    dtype = draw(st.sampled_from(["float64", "complex128", "float32"]))
+    return kind, eq, [tuple(int(d) for d in s) for s in shapes], dtype, seed
+
+
+@settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(larger_networks(), st.sampled_from([0.25, 0.5]), st.sampled_from(["numba", "numpy"]))
+def test_paths_searched_with_their_slices_run_right_within_the_limit(net, fraction, backend):
+    # with a search budget (path_time), a sliced node's path comes from cotengra's
+    # slice-and-reconfigure, with cotengra's own slicing where it fits: each such plan is
+    # right and within its limit, as the unsliced path's slicing is
+    kind, eq, shapes, dtype, seed = net
+    g = _graph(eq, shapes, dtype)
+    limit = int(go.compile(g, cache=False).predicted_peak_bytes * fraction)
+    try:
+        plan = go.compile(g, backend=backend, memory_limit=limit, cache=False, threads=1,
+                          path_time=0.1, path_cache=False)
+    except go.GraphError as e:
+        assert "memory_limit" in str(e)
+        return
+    arrays = _arrays(shapes, dtype, seed)
+    _check(plan(*arrays), eq, arrays, dtype)
+    assert plan.predicted_peak_bytes <= limit
+    assert plan.measure_peak_bytes(*arrays) <= limit
