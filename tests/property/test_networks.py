@@ -114,11 +114,17 @@ def test_generated_networks_match_opt_einsum(net, backend):
 @given(networks(), st.sampled_from([0.5, 0.75, 0.9]))
 def test_a_memory_limit_that_compiles_holds_on_generated_networks(net, fraction):
     # a limit under the unsliced peak: refused with a GraphError, or met by the call
+    _check_limited(net, fraction)
+
+
+def _check_limited(net, fraction: float, **options) -> None:
+    """Under ``fraction`` of the unsliced peak the plan is refused with a GraphError, or is
+    right and measures within the limit."""
     kind, eq, shapes, dtype, seed = net
     g = _graph(eq, shapes, dtype)
     limit = int(go.compile(g, cache=False).predicted_peak_bytes * fraction)
     try:
-        plan = go.compile(g, memory_limit=limit, cache=False, threads=1)
+        plan = go.compile(g, memory_limit=limit, cache=False, threads=1, **options)
     except go.GraphError as e:
         assert "memory_limit" in str(e)
         return
@@ -157,16 +163,4 @@ def test_paths_searched_with_their_slices_run_right_within_the_limit(net, fracti
     # with a search budget (path_time), a sliced node's path comes from cotengra's
     # slice-and-reconfigure, with cotengra's own slicing where it fits: each such plan is
     # right and within its limit, as the unsliced path's slicing is
-    kind, eq, shapes, dtype, seed = net
-    g = _graph(eq, shapes, dtype)
-    limit = int(go.compile(g, cache=False).predicted_peak_bytes * fraction)
-    try:
-        plan = go.compile(g, backend=backend, memory_limit=limit, cache=False, threads=1,
-                          path_time=0.1, path_cache=False)
-    except go.GraphError as e:
-        assert "memory_limit" in str(e)
-        return
-    arrays = _arrays(shapes, dtype, seed)
-    _check(plan(*arrays), eq, arrays, dtype)
-    assert plan.predicted_peak_bytes <= limit
-    assert plan.measure_peak_bytes(*arrays) <= limit
+    _check_limited(net, fraction, backend=backend, path_time=0.1, path_cache=False)
