@@ -28,16 +28,11 @@ import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
 from . import progress, threads
-from .contraction_program import (
-    LIST_BYTES_PER_ITEM,
-    PathContraction,
-    c_strides,
-    call_object_bytes,
-    path_contraction,
-    view_bytes,
-)
+from .contraction_plan import LIST_BYTES_PER_ITEM, call_object_bytes, view_bytes
+from .contraction_program import PathContraction, path_contraction
 from .einsum import promote_operands
 from .einsum import split as split_equation
+from .gemm import c_strides
 from .paths import default_path, label_sizes
 
 # ------------------------------------------------------------------------------- workspace

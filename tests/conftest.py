@@ -70,9 +70,9 @@ def cache_dir(tmp_path, monkeypatch):
 
 
 def _forget_planned_steps():
-    from graphopt import compiler, contraction_program
+    from graphopt import compiler, contraction_plan, contraction_program
 
-    contraction_program._planned_step.cache_clear()
+    contraction_plan._planned_step.cache_clear()
     contraction_program.path_contraction.cache_clear()
     compiler.clear_cache()
 

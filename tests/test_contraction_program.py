@@ -9,11 +9,8 @@ import opt_einsum
 import pytest
 from opt_einsum.testing import rand_equation
 
-from graphopt.contraction_program import (
-    UNSHARED_ARENA_BYTES,
-    PathContraction,
-    plan_program,
-)
+from graphopt.contraction_plan import UNSHARED_ARENA_BYTES, plan_program
+from graphopt.contraction_program import PathContraction
 from graphopt.einsum import np_einsum_bytes, split
 from graphopt.gemm import SMALL_PAIR_WORK, _reduced_strides, reshape_is_view
 from graphopt.liveness import ALIGN

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from graphopt.backends import cpu_contraction, timing
-from graphopt.contraction_program import plan_program
+from graphopt.contraction_plan import plan_program
 from graphopt.einsum import split
 from graphopt.gemm import SMALL_PAIR_WORK, einsum_is_faster, gemm_plan
 

@@ -1,0 +1,286 @@
+"""A contraction's program: each step of a path planned once per operand shapes.
+
+``plan_program(terms, output, path, shapes, dtype, strides)`` is what
+``contraction_program.PathContraction`` runs. The steps are ``paths.play_path``'s, so every
+intermediate has the label order the contraction pass gives its pairwise nodes. Each step:
+
+- a pairwise step on a BLAS dtype whose labels map onto a (batched) matrix product is
+  one GEMM (``gemm.gemm_plan``, run by ``gemm.run_gemm`` with the caller's ``matmul``),
+  unless ``gemm.einsum_is_faster`` gives it to ``np.einsum`` (a small step, or one that
+  sums nothing);
+- any other step is ``np.einsum`` on the step's own equation: a small step, an outer or
+  broadcast product (nothing summed), a trace or diagonal, a size-1 label broadcast
+  against a larger one, a one-operand step, integer, bool or float16 operands. A step over
+  more than two operands is ``einsum.evaluate``'s.
+
+Intermediates live in one arena whose offsets are assigned over the steps' lifetimes
+(``liveness.assign_arena_offsets``, as the memory pass assigns a plan's), or back to back
+where they are at most ``UNSHARED_ARENA_BYTES`` in all, or in the places of a larger
+program of the same path (a sliced contraction's full slice, for a ragged one). Beside it a
+step may allocate scratch: ``run_gemm``'s pre-summed operands, the copies it makes of
+operands whose matrix is not a view (known exactly at planning, from the operands' strides:
+inputs and slice views as given, GEMM products kept as permuted views), and a product
+written before it is permuted into ``out``. ``Program.peak_bytes`` is the arena plus the
+largest step's scratch (``gemm.operand_scratch``) and the call's Python objects: what a
+call allocates at once, as ``tracemalloc`` measures it.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass
+from typing import Callable, NamedTuple, Sequence
+
+import numpy as np
+
+from .einsum import evaluate, first_use_equation, np_einsum_bytes, split, to_ascii
+from .gemm import (
+    BLAS_DTYPES,
+    GemmPlan,
+    c_strides,
+    einsum_is_faster,
+    operand_scratch,
+    pair_gemm_plan,
+    run_gemm,
+)
+from .liveness import assign_arena_offsets, stacked_offsets
+from .paths import label_sizes, play_path
+
+# The Python objects a call holds per step while it runs: the view of the step's place in
+# the arena (kept with the arena), the views a GEMM makes of its operands and product, the
+# operand lists. tracemalloc counts them as a call's memory; measured on CPython 3.11 and
+# NumPy 2.4 at 180-250 bytes a step on five networks of 80-200 steps (the operands' 128
+# counted apart); at 250, with np.einsum's own bytes counted as its steps' scratch, the
+# nine networks of benchmarks/networks.py measure 0.910-1.001 of their predicted peaks
+# (at 264, 0.896 on the circuit, whose arrays weigh little).
+OBJECT_BYTES_PER_STEP = 250
+# ... and per operand: the call's key (a shape and a strides tuple per operand) while it
+# looks up its program; measured at 100-120 bytes an operand on 80- and 150-operand calls
+# when a call also made a tuple of its operands and promoted them twice; without those
+# (``PathContraction.run``) 4-5 kB less on 150-200 operand networks: 104
+OBJECT_BYTES_PER_OPERAND = 104
+# A view NumPy makes of an array (an operand without its size-1 dims, or restricted to a
+# slice): 104 + 16 x ndim bytes on CPython 3.11 and NumPy 2.4 (tracemalloc; 140-150 at
+# ndim 3), and a list holds 8 bytes an item
+VIEW_BYTES, VIEW_BYTES_PER_DIM, LIST_BYTES_PER_ITEM = 112, 16, 8
+# Intermediates of at most this many bytes in all each get their own place in the arena:
+# sharing would save less than this, and its best fit is quadratic in the intermediates
+# (1.9 of the 3.6 ms a 198-step circuit's program took to plan, to save 38 KB; 0.7-0.9 ms
+# of a 150-tensor tree's compile, to save 29 KB).
+UNSHARED_ARENA_BYTES = 1 << 17
+
+
+def call_object_bytes(n_steps: int, n_operands: int) -> int:
+    """The Python objects a call of ``n_steps`` steps over ``n_operands`` operands holds
+    (``OBJECT_BYTES_PER_STEP``, ``OBJECT_BYTES_PER_OPERAND``)."""
+    return n_steps * OBJECT_BYTES_PER_STEP + n_operands * OBJECT_BYTES_PER_OPERAND
+
+
+def view_bytes(ndim: int) -> int:
+    """What a view of ``ndim`` dims holds (``VIEW_BYTES``)."""
+    return VIEW_BYTES + VIEW_BYTES_PER_DIM * ndim
+
+
+class ProgramStep(NamedTuple):
+    """One step: the operands it takes (positions in the current operand list, which the
+    result is appended to), its equation (ASCII labels), its result shape, its GEMM plan
+    (None: ``np.einsum``), where its result lives in the program's arena (None: a new
+    array, or the caller's ``out``), and the bytes it allocates beside the arena while it
+    runs: ``scratch`` where its result goes to the arena or ``out``, ``scratch_new`` where
+    it is a new array (the last step without ``out``; the new result counted). A named
+    tuple: a network's program makes hundreds (0.24 against 0.81 us each as a frozen
+    dataclass)."""
+
+    positions: tuple[int, ...]
+    equation: str
+    shape: tuple[int, ...]
+    gemm: GemmPlan | None
+    offset: int | None = None
+    scratch: int = 0
+    scratch_new: int = 0
+
+    def buffer(self, arena, dtype):
+        """The step's place in ``arena`` (C-contiguous, the result's shape), or None."""
+        if self.offset is None:
+            return None
+        return np.ndarray(self.shape, dtype, arena, self.offset)
+
+    def run(self, operands: list, out, matmul: Callable | None, buf=None):
+        """The step's result: into ``out`` where given (C-contiguous, the result's shape and
+        dtype), else into ``buf`` (its place in the arena) where given, else a new array."""
+        if out is not None:
+            buf = None
+        if self.gemm is not None:   # without ``out``: the product, permuted as a view
+            return run_gemm(np, self.gemm, *operands, out, matmul, into=buf)
+        if len(operands) > 2:
+            res = evaluate(self.equation, operands)
+            if out is None:
+                return res
+            out[...] = res
+            return out
+        if out is None and buf is not None:
+            out = buf
+        return np.einsum(self.equation, *operands, **({} if out is None else {"out": out}))
+
+
+@dataclass(frozen=True)
+class Program:
+    """The planned steps and the arena their intermediates share (bytes; offsets assigned
+    over the steps' lifetimes as the memory pass assigns a plan's)."""
+
+    steps: tuple[ProgramStep, ...]
+    arena_bytes: int
+    # labels of size 1 are dropped before planning (``squeeze_ones``): the operands' shapes
+    # without them and the result's whole shape, or None where no label is of size 1
+    squeeze: tuple[tuple, tuple] | None = None
+
+    def peak_bytes(self, into_out: bool = True) -> int:
+        """What one call allocates at once: the arena, the largest step's scratch (the last
+        step writing into the caller's ``out``, ``into_out``, or a new array, then counted)
+        and the call's Python objects (``OBJECT_BYTES_PER_STEP`` a step,
+        ``OBJECT_BYTES_PER_OPERAND`` an operand, and where size-1 labels are dropped a view
+        of each operand and of the result). Operands and ``out`` are the caller's, not
+        counted."""
+        last = len(self.steps) - 1
+        objects = call_object_bytes(len(self.steps),
+                                    1 + sum(len(s.positions) - 1 for s in self.steps))
+        if self.squeeze is not None:
+            shapes, out_shape = self.squeeze
+            objects += view_bytes(len(out_shape)) + sum(
+                view_bytes(len(s)) + LIST_BYTES_PER_ITEM for s in shapes)
+        return self.arena_bytes + objects + max(
+            (s.scratch_new if k == last and not into_out else s.scratch
+             for k, s in enumerate(self.steps)), default=0)
+
+
+def _plan_step(equation: str, in_shapes: tuple, blas: bool
+               ) -> tuple[str, tuple, GemmPlan | None, dict]:
+    """``(equation to run, result shape, GEMM plan or None, each label's size)`` of one
+    step."""
+    terms, result = split(equation)
+    size: dict = {}
+    uniform = True      # every label of one size throughout
+    for t, s in zip(terms, in_shapes):
+        for c, d in zip(t, s):
+            e = size.setdefault(c, d)
+            if e != d:
+                # a label of size 1 against a larger size broadcasts, as np.einsum does
+                uniform = False
+                size[c] = 0 if 0 in (e, d) else max(e, d)
+    shape = tuple(map(size.__getitem__, result))
+    plan = None
+    work = math.prod(size.values())
+    if blas and len(terms) == 2 and uniform and not einsum_is_faster(work):
+        plan = pair_gemm_plan(terms[0], terms[1], result, size)
+        if plan is not None and einsum_is_faster(work, plan):
+            plan = None
+    if plan is None and len(terms) <= 2:
+        equation = to_ascii(equation)
+    return equation, shape, plan, size
+
+
+@functools.lru_cache(maxsize=4096)
+def _planned_step(equation: str, in_shapes: tuple, in_strides: tuple, blas: bool,
+                  itemsize: int) -> tuple[str, tuple, GemmPlan | None, int, tuple]:
+    """``_plan_step`` of one step for operands of element ``in_strides``, with the bytes it
+    allocates beside its operands and result (a GEMM's for its operands,
+    ``operand_scratch``; np.einsum's own, ``np_einsum_bytes``; 0 for a step of more than
+    two operands, whose result ``evaluate`` makes) and the result's element strides.
+    Memoized: the steps of a large network repeat (an MPS's bulk, a circuit's layers)."""
+    equation, shape, plan, size = _plan_step(equation, in_shapes, blas)
+    if plan is None:
+        held = np_einsum_bytes(*split(equation), size, itemsize, c_contiguous=all(
+            tuple(st) == c_strides(sh) for sh, st in zip(in_shapes, in_strides))) \
+            if len(in_shapes) <= 2 else 0
+        return equation, shape, None, held, c_strides(shape)
+    held, res_strides = operand_scratch(plan, list(zip(in_shapes, in_strides)), itemsize)
+    return equation, shape, plan, held, res_strides
+
+
+def squeeze_ones(terms: Sequence[str], output: str, shapes, strides):
+    """``(terms, output, shapes, strides, the result's shape)`` without the labels whose
+    size is 1 on every operand, or None where there is none. An index that takes one value
+    changes no value, and dropping it keeps every intermediate a feasible contraction makes
+    within NumPy's 64 dimensions. A label of size 1 on one operand and n on another
+    broadcasts: kept."""
+    sizes = label_sizes(",".join(terms) + "->" + output, shapes)
+    ones = {c for c, d in sizes.items() if d == 1}
+    if not ones:
+        return None
+    keep = [[j for j, c in enumerate(t) if c not in ones] for t in terms]
+    return ([''.join(t[j] for j in k) for t, k in zip(terms, keep)],
+            ''.join(c for c in output if c not in ones),
+            [tuple(sh[j] for j in k) for sh, k in zip(shapes, keep)],
+            [tuple(st[j] for j in k) for st, k in zip(strides, keep)],
+            tuple(sizes[c] for c in output))
+
+
+def plan_program(terms: Sequence[str], output: str, path, shapes, dtype,
+                 strides=None, layout_of: Program | None = None) -> Program:
+    """The steps of ``terms -> output`` along ``path`` for operands of ``shapes`` and
+    ``dtype`` (all operands promoted to it) and element ``strides`` (default C-contiguous),
+    with their intermediates' arena offsets and each step's scratch bytes. ``layout_of``: a
+    program of the same path over operands at least as large (a sliced contraction's full
+    slice, for a ragged one): its arena and offsets are taken, each intermediate fitting
+    its place (see ``PathContraction.program``)."""
+    blas = np.dtype(dtype).name in BLAS_DTYPES
+    itemsize = np.dtype(dtype).itemsize
+    current = [tuple(s) for s in shapes]
+    layout = [tuple(t) for t in strides] if strides is not None else \
+        [c_strides(s) for s in current]
+    made_by: list = [None] * len(current)        # the step that made each current operand
+    planned, intervals, sizes = [], {}, {}
+    played = play_path(terms, output, path)
+    last = len(played) - 1
+    for k, (inds, picked, result) in enumerate(played):
+        if len(inds) == 2:     # (nearly every step; play_path orders a pair's positions)
+            i, j = inds
+            in_shapes, in_strides = (current[i], current[j]), (layout[i], layout[j])
+            for m in (made_by[i], made_by[j]):
+                if m is not None:
+                    intervals[m] = (m, k)
+            del current[j], current[i], layout[j], layout[i], made_by[j], made_by[i]
+        else:
+            in_shapes = tuple([current[i] for i in inds])
+            in_strides = tuple([layout[i] for i in inds])
+            for i in reversed(inds):
+                if made_by[i] is not None:
+                    intervals[made_by[i]] = (made_by[i], k)
+                del current[i], layout[i], made_by[i]
+        eq, shape, plan, held, res_strides = _planned_step(
+            first_use_equation(picked, result), in_shapes, in_strides, blas, itemsize)
+        nbytes = math.prod(shape) * itemsize
+        if plan is not None:
+            # into ``out``: a product to permute is written beside it first
+            scratch = held + (nbytes if k == last and plan.out_perm is not None else 0)
+            scratch_new = held + nbytes
+        else:   # np.einsum writes its buffer directly; ``evaluate`` makes its own result
+            scratch = nbytes if len(inds) > 2 else held
+            scratch_new = held + nbytes
+        planned.append((inds, eq, shape, plan, scratch, scratch_new))
+        current.append(shape)
+        layout.append(res_strides)
+        # the last result is the caller's (``out``) or new; a step of more than two
+        # operands makes its own (``evaluate``)
+        made_by.append(k if k < last and len(inds) <= 2 else None)
+        sizes[k] = nbytes
+    held = {k: sizes[k] for k in intervals}
+    if layout_of is not None and _fits_layout(held, layout_of, itemsize):
+        offsets = {k: layout_of.steps[k].offset for k in held}
+        arena_bytes = layout_of.arena_bytes
+    else:
+        offsets, arena_bytes = (stacked_offsets(held)
+                                if sum(held.values()) <= UNSHARED_ARENA_BYTES
+                                else assign_arena_offsets(intervals, held))
+    steps = tuple(ProgramStep(inds, eq, shape, plan, offsets.get(k), scratch, scratch_new)
+                  for k, (inds, eq, shape, plan, scratch, scratch_new) in enumerate(planned))
+    return Program(steps, arena_bytes)
+
+
+def _fits_layout(held: dict, layout_of: Program, itemsize: int) -> bool:
+    """Whether each intermediate of ``held`` (step -> bytes) fits the place the same step's
+    intermediate has in ``layout_of``."""
+    steps = layout_of.steps
+    return all(k < len(steps) and steps[k].offset is not None and
+               nbytes <= math.prod(steps[k].shape) * itemsize for k, nbytes in held.items())
