@@ -11,7 +11,9 @@ at 6.1e9 along a path searched sliced at the default budget, 128 at 3.1e9 given 
 1. cotengra's slice-and-reconfigure of the unsliced path (``path_searchers.
    slice_reconfigured``) at each intermediate target of ``TARGET_FRACTIONS`` of the
    budget, while the counted budget pays (``SLICE_RECONF_SECONDS_PER_TENSOR`` each);
-2. by the clock, where at least ``HYPER_MIN_SECONDS`` are left (and a slicing was found,
+2. graphopt's own path search (``path_search``) for the network with the best slicing's
+   labels at their block sizes, then sliced again, in rounds while one improves it;
+3. by the clock, where at least ``HYPER_MIN_SECONDS`` are left (and a slicing was found,
    or ``path_time`` set the budget): cotengra's
    hyper-optimizer with its trials sliced to the first of those targets, and scored
    sliced.
@@ -22,12 +24,12 @@ label blocks suits a path it was handed less well than cotengra's slicing suits 
 reconfigured for it: a 5x8 lattice at 1/4 of its peak, 36 slices at 2.2e8 FLOPs against 288
 at 9.5e8 re-sliced); the least estimated run time that fits wins (``sliced_seconds``:
 FLOPs, and a cost per step of each slice, so that many tiny slices do not pass for cheap),
-within ``MAX_FLOP_OVERHEAD`` times the unsliced path's. The budget: ``path_time`` where the user
-set it; by default ``SEARCH_FRACTION`` of the estimated run time of the best slicing so
+within ``MAX_FLOP_OVERHEAD`` times the unsliced path's. The budget: ``path_time`` where the
+user set it; by default ``SEARCH_FRACTION`` of the estimated run time of the best slicing so
 far, at most ``DEFAULT_MAX_SECONDS``: the rule of the unsliced search (``path_search``),
-with the slices' cost as the stake. Without cotengra the first slicing
-stands. The path is kept in the path cache under the network, the memory budget, the
-dtype and the slices in flight, so a second compile or process does not search again.
+with the slices' cost as the stake. Without cotengra only step 2 runs. The path is kept in
+the path cache under the network, the memory budget, the dtype and the slices in flight,
+so a second compile or process does not search again.
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ import time
 
 import numpy as np
 
-from . import path_cache
+from . import path_cache, path_search
 from . import path_searchers as searchers
 from .einsum import split as split_equation
 from .errors import GraphError
@@ -66,6 +68,10 @@ TARGET_FRACTIONS = (1 / 8, 1 / 4, 1 / 16, 1 / 32)
 # and NumPy's per-call costs: 5.3 us a step on a 4x5 lattice's 32768 slices of 19 steps,
 # 4.1 s a call for 7.7e9 FLOPs); it tells a plan of many tiny slices from one of fewer
 SLICE_STEP_SECONDS = 5e-6
+# Step 2's rounds: at most this many, each given what the counted budget leaves, at most
+# REPATH_SECONDS (under HYPER_MIN_SECONDS its steps are counted, not timed, so the same in
+# every process), skipped under REPATH_MIN_SECONDS
+REPATH_ROUNDS, REPATH_SECONDS, REPATH_MIN_SECONDS = 3, 0.25, 0.01
 # Counted cost of one slice-and-reconfigure and the slicing of its path, per tensor
 # (measured: 0.01-0.03 s on 20 tensors, 0.04-0.2 s on 36-50)
 SLICE_RECONF_SECONDS_PER_TENSOR = 3e-3
@@ -118,6 +124,7 @@ class _SlicedSearch:
             play(self.terms, self.output, self.sizes, self.path).flops, 1, len(self.terms))
         self.ran: list[str] = []
         self.considered: set = set()
+        self.counted, self.repaths = 0.0, 0     # counted seconds of steps 1-2; step 2's rounds
 
     def seconds_of(self, fit) -> float:
         return sliced_seconds(fit[1].flops, fit[1].n_slices, len(self.terms))
@@ -162,23 +169,46 @@ class _SlicedSearch:
         the unsliced path, not the first slicing's (searched again for its sliced sizes):
         as good or better on all 7 limits above (a 6x6 lattice at 1/16: 6.1e9 FLOPs
         against 1.8e10)."""
-        counted, per = 0.0, SLICE_RECONF_SECONDS_PER_TENSOR * len(self.terms)
-        for fraction in TARGET_FRACTIONS:
-            if counted + per > self.seconds():
+        per = SLICE_RECONF_SECONDS_PER_TENSOR * len(self.terms)
+        for fraction in TARGET_FRACTIONS if searchers.cotengra_available() else ():
+            if self.counted + per > self.seconds():
                 return
-            counted += per
+            self.counted += per
             target = max(1, int(self.budget * fraction) // self.itemsize)
             path, sliced = searchers.slice_reconfigured(self.terms, self.output, self.sizes,
                                                         self.path, target)
             self.consider(path, dict.fromkeys(sliced, 1))
             self.ran.append(f"1/{round(1 / fraction)}")
 
+    def repath_for_slices(self) -> None:
+        """Step 2: graphopt's own path search (``path_search.find_path``) on the network with
+        each label the best slicing slices at its block size, the path then sliced again; in
+        rounds while one improves it (``REPATH_ROUNDS``), each searching for half of what
+        the counted budget leaves, at most ``REPATH_SECONDS`` (a 6x6 lattice at bond 8 under
+        1/16 of its peak: 3.3e9 FLOPs against slice-and-reconfigure's 6.1e9)."""
+        for _ in range(REPATH_ROUNDS if self.best is not None else 0):
+            # half of what is left for the search, half for slicing the path it finds
+            seconds = min(REPATH_SECONDS, (self.seconds() - self.counted) / 2)
+            if seconds < REPATH_MIN_SECONDS:
+                return
+            self.counted += 2 * seconds
+            block = dict(zip(self.best[1].labels, self.best[1].blocks))
+            sizes = {c: block.get(c, d) for c, d in self.sizes.items()}
+            before = self.best
+            steps, _ = path_search.find_path(self.terms, self.output, sizes,
+                                             time_budget=seconds, cache=False)
+            self.consider(steps.path)
+            self.repaths += 1
+            if self.best is before:
+                return
+
     def by_the_clock(self) -> int:
-        """Step 2, where ``HYPER_MIN_SECONDS`` are left and a slicing was found (or the user
+        """Step 3, where ``HYPER_MIN_SECONDS`` are left and a slicing was found (or the user
         set the budget: with none found the default budget is the counted steps'): sliced
         hyper-optimizer trials (to the first target of ``TARGET_FRACTIONS``) until the
         budget is spent; how many ran."""
-        if self.left() < HYPER_MIN_SECONDS or (self.best is None and self.time_budget is None):
+        if self.left() < HYPER_MIN_SECONDS or not searchers.cotengra_available() or \
+                (self.best is None and self.time_budget is None):
             return 0
         target = max(1, int(self.budget * TARGET_FRACTIONS[0]) // self.itemsize)
         trials = searchers.HyperTrials(self.terms, self.output, self.sizes, slice_target=target)
@@ -193,6 +223,9 @@ class _SlicedSearch:
     def searcher(self, hyper_trials: int) -> str:
         names = [f"cotengra slice-and-reconfigure ({', '.join(self.ran)} of the budget)"] \
             if self.ran else []
+        if self.repaths:
+            names.append(f"graphopt's path search for the sliced sizes ({self.repaths} "
+                         f"round{'s' * (self.repaths > 1)})")
         if hyper_trials:
             names.append(f"{searchers.HyperTrials.name}, sliced ({hyper_trials} trials)")
         return ", then ".join(names) or "none"
@@ -220,8 +253,7 @@ def search_sliced_path(equation: str, shapes, dtype, budget: int, path, found=No
 
     record = {"searcher": "none", "seconds": 0.0, "budget_seconds": run.seconds(),
               "flops_before": found[1].flops if found else None, "cache": "off"}
-    if not searchers.cotengra_available() or len(run.terms) <= 2 or \
-            budget < least_sliced_workspace_bytes(len(run.terms), run.sizes):
+    if len(run.terms) <= 2 or budget < least_sliced_workspace_bytes(len(run.terms), run.sizes):
         return result(record)       # (no path could: the call's own objects exceed it)
     key = sliced_key(equation, shapes, dtype, budget, workers) if cache else None
     kept = path_cache.cached(key, run.terms, run.output, run.sizes) if cache else None
@@ -231,6 +263,7 @@ def search_sliced_path(equation: str, shapes, dtype, budget: int, path, found=No
         if kept[1]["budget_seconds"] >= run.seconds():
             return result(dict(record, searcher=kept[1]["searcher"], cache="hit"))
     run.slice_and_reconfigure()
+    run.repath_for_slices()
     searcher = run.searcher(run.by_the_clock())
     elapsed = round(time.perf_counter() - run.t0, 4)
     # the budget followed the best slicing as it improved: the record keeps the largest

@@ -75,7 +75,8 @@ def test_compile_meets_a_limit_no_slicing_of_the_unsliced_path_meets(cache_dir):
     assert plan.measure_peak_bytes(**inputs) <= limit
 
 
-def test_the_first_slicing_stands_without_cotengra_or_budget(cache_dir, monkeypatch):
+def test_no_budget_keeps_the_first_slicing_and_no_cotengra_searches_graphopt_s(cache_dir,
+                                                                              monkeypatch):
     eq, shapes = _network(5, 6, 8)
     path, peak = _unsliced_path(eq, shapes)
     budget = peak // 16
@@ -85,11 +86,15 @@ def test_the_first_slicing_stands_without_cotengra_or_budget(cache_dir, monkeypa
                                           time_budget=0)
     assert (p, plan, ws) == found and rec["searcher"] == "none"
     monkeypatch.setattr(path_searchers, "cotengra_available", lambda: False)
-    p, plan, ws, rec = search_sliced_path(eq, shapes, "float64", budget, path, found)
-    assert (p, plan, ws) == found and rec["searcher"] == "none"
-    # and without a first slicing, nothing fits: the caller's refusal stands
+    # without cotengra only graphopt's own search for the sliced sizes runs, from the first
+    # slicing: never worse than it, within the budget
+    p, plan, ws, rec = search_sliced_path(eq, shapes, "float64", budget, path, found,
+                                          cache=False)
+    assert "cotengra" not in rec["searcher"] and plan.flops <= found[1].flops
+    assert ws <= budget
+    # and without a first slicing there is nothing to search from: the refusal stands
     with pytest.raises(GraphError, match="no path searched"):
-        search_sliced_path(eq, shapes, "float64", budget, path, None)
+        search_sliced_path(eq, shapes, "float64", budget, path, None, cache=False)
 
 
 def test_a_budget_below_the_call_s_own_objects_is_not_searched(cache_dir, monkeypatch):
