@@ -158,7 +158,13 @@ def _slice_node(G, n, limit: int, optimize, budget: int = 1, options=None) -> di
 
 def _workers(eq, shapes, path, plan, dtype, dtypes, share: int, budget: int) -> int:
     """How many of ``plan``'s slices may run at once within ``share`` bytes
-    (``slice_workers`` over the exact workspace of one slice in flight)."""
+    (``slice_workers`` over the exact workspace of one slice in flight); one where a slice's
+    steps average under ``threads.WORKER_MIN_FLOPS``: two threads of GEMMs of 64 x 64 x 64
+    ran 0.5-0.9x the speed of one thread running both (the GIL, BLAS's per-call costs), of
+    128 x 128 x 128 1.7x, and a 6x6 lattice's 256 slices two at once took 216 ms where 128
+    one at a time took 107."""
+    if plan.flops < threads.WORKER_MIN_FLOPS * plan.n_slices * max(1, len(shapes) - 1):
+        return 1
     one = contraction_workspace_bytes(eq, shapes, path, plan.labels, plan.blocks, dtype, 1,
                                       dtypes)
     sizes = label_sizes(eq, shapes)
