@@ -18,8 +18,9 @@ unsliced path meets may be met along a path searched so). It sets ``attrs["slice
 node as a loop over slices (``sliced_contraction.sliced_contract``) or as one task per
 slice (dask). With more than one thread (``compile(threads=)``, else the machine's) it may
 cut smaller slices to run ``attrs["slice_workers"]`` of them at once, where that costs at
-most ``PARALLEL_FLOP_OVERHEAD`` times the FLOPs and their workspaces fit the share
-together. Without a memory limit the pass changes nothing.
+most ``PARALLEL_FLOP_OVERHEAD`` times the FLOPs, their workspaces fit the share together
+and a slice's steps average at least ``threads.WORKER_MIN_FLOPS`` (``_workers``). Without
+a memory limit the pass changes nothing.
 
 Where no slicing fits, compilation stops here with a ``GraphError`` naming the node, its
 equation and the numbers. The compiler then holds the whole plan (arena plus the largest
