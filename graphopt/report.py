@@ -249,8 +249,11 @@ class OptimizationReport:
             if s and s["searcher"] != "none":
                 before = "none fitted" if s["flops_before"] is None else \
                     f"{s['flops_before']:.3g} FLOPs"
+                whole = s.get("path_flops_unsliced")
+                cost = f" (x{r['flops'] / whole:.3g} the unsliced path's {whole:.3g})" \
+                    if whole else ""
                 lines.append(f"      path searched with its slices ({s['searcher']}): "
-                             f"along the unsliced path {before} -> {r['flops']:.3g}; "
+                             f"along the unsliced path {before} -> {r['flops']:.3g}{cost}; "
                              f"{s['seconds'] * 1e3:.1f} ms of a "
                              f"{s['budget_seconds'] * 1e3:.1f} ms budget, path cache "
                              f"{s['cache']}")

@@ -120,8 +120,8 @@ class _SlicedSearch:
         # a slicing that costs more than MAX_FLOP_OVERHEAD times the unsliced path's run, as
         # fit_slices refuses along one path: a searched path's own unsliced FLOPs may be
         # many times those (a 4x5 lattice under 1/24 of its peak: a billion slices)
-        self.most = MAX_FLOP_OVERHEAD * sliced_seconds(
-            play(self.terms, self.output, self.sizes, self.path).flops, 1, len(self.terms))
+        self.path_flops = play(self.terms, self.output, self.sizes, self.path).flops
+        self.most = MAX_FLOP_OVERHEAD * sliced_seconds(self.path_flops, 1, len(self.terms))
         self.ran: list[str] = []
         self.considered: set = set()
         self.counted, self.repaths = 0.0, 0     # counted seconds of steps 1-2; step 2's rounds
@@ -240,7 +240,8 @@ def search_sliced_path(equation: str, shapes, dtype, budget: int, path, found=No
     (``fit_slices``'s ``(path, plan, workspace bytes)`` along it, or None where no slicing
     of it fits). The record says what ran: searcher, seconds, budget_seconds (the largest
     the budget was as it followed the best slicing), flops_before (``found``'s, or None),
-    cache ("hit", "miss" or "off"). Raises ``GraphError`` where nothing found fits."""
+    path_flops_unsliced (``path``'s, unsliced), cache ("hit", "miss" or "off"). Raises
+    ``GraphError`` where nothing found fits."""
     check_time_budget(time_budget)
     run = _SlicedSearch(equation, shapes, dtype, budget, path, found, workers,
                         operand_dtypes, time_budget)
@@ -252,7 +253,8 @@ def search_sliced_path(equation: str, shapes, dtype, budget: int, path, found=No
         return (*run.best, rec)
 
     record = {"searcher": "none", "seconds": 0.0, "budget_seconds": run.seconds(),
-              "flops_before": found[1].flops if found else None, "cache": "off"}
+              "flops_before": found[1].flops if found else None,
+              "path_flops_unsliced": run.path_flops, "cache": "off"}
     if len(run.terms) <= 2 or budget < least_sliced_workspace_bytes(len(run.terms), run.sizes):
         return result(record)       # (no path could: the call's own objects exceed it)
     key = sliced_key(equation, shapes, dtype, budget, workers) if cache else None

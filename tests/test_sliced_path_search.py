@@ -68,6 +68,9 @@ def test_compile_meets_a_limit_no_slicing_of_the_unsliced_path_meets(cache_dir):
     assert rec["path_search"]["flops_before"] is None
     assert "path searched with its slices" in str(plan.report)
     assert "along the unsliced path none fitted" in str(plan.report)
+    # the report sets the sliced FLOPs beside the unsliced path's (what no limit would cost)
+    whole = rec["path_search"]["path_flops_unsliced"]
+    assert whole < rec["flops"] and f"the unsliced path's {whole:.3g}" in str(plan.report)
     assert rec["flop_overhead"] < 2 * MAX_FLOP_OVERHEAD
     inputs = network_inputs(eq, 4)
     expected = opt_einsum.contract(eq, *inputs.values(), optimize="greedy")
