@@ -19,7 +19,7 @@ node as a loop over slices (``sliced_contraction.sliced_contract``) or as one ta
 slice (dask). With more than one thread (``compile(threads=)``, else the machine's) it may
 cut smaller slices to run ``attrs["slice_workers"]`` of them at once, where that costs at
 most ``PARALLEL_FLOP_OVERHEAD`` times the FLOPs, their workspaces fit the share together
-and a slice's steps average at least ``threads.WORKER_MIN_FLOPS`` (``_workers``). Without
+and their steps keep that many threads busy (``_workers``: ``threads.useful_threads``). Without
 a memory limit the pass changes nothing.
 
 Where no slicing fits, compilation stops here with a ``GraphError`` naming the node, its
@@ -159,12 +159,14 @@ def _slice_node(G, n, limit: int, optimize, budget: int = 1, options=None) -> di
 
 def _workers(eq, shapes, path, plan, dtype, dtypes, share: int, budget: int) -> int:
     """How many of ``plan``'s slices may run at once within ``share`` bytes
-    (``slice_workers`` over the exact workspace of one slice in flight); one where a slice's
-    steps average under ``threads.WORKER_MIN_FLOPS``: two threads of GEMMs of 64 x 64 x 64
-    ran 0.5-0.9x the speed of one thread running both (the GIL, BLAS's per-call costs), of
-    128 x 128 x 128 1.7x, and a 6x6 lattice's 256 slices two at once took 216 ms where 128
-    one at a time took 107."""
-    if plan.flops < threads.WORKER_MIN_FLOPS * plan.n_slices * max(1, len(shapes) - 1):
+    (``slice_workers`` over the exact workspace of one slice in flight), and as many as
+    their steps keep busy (``threads.useful_threads`` of a step's average FLOPs on each):
+    two threads of GEMMs of 64 x 64 x 64 ran 0.5-0.9x the speed of one thread running both
+    (the GIL, BLAS's per-call costs), of 128 x 128 x 128 1.7x, and a 6x6 lattice's 256
+    slices two at once took 216 ms where 128 one at a time took 107."""
+    step_flops = plan.flops / (plan.n_slices * max(1, len(shapes) - 1))
+    budget = threads.useful_threads(budget * step_flops, budget)
+    if budget == 1:
         return 1
     one = contraction_workspace_bytes(eq, shapes, path, plan.labels, plan.blocks, dtype, 1,
                                       dtypes)
