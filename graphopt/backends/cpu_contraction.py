@@ -88,14 +88,23 @@ def contraction_with_epilogue(G, n, k, opt_level, form: str = "auto"):
     return body, impl, details, source
 
 
+def pair_plan(eq: str, shapes):
+    """The GEMM plan of a two-operand einsum (None: not a GEMM, or one operand)."""
+    return gemm_plan(eq, shapes) if len(shapes) == 2 else None
+
+
 def contraction_candidates(eq: str, shapes, dtype: str) -> list[tuple[str, str, float]]:
     """``(impl, why, predicted seconds)`` for every implementation of a one- or two-operand
     einsum, the one to run first: a GEMM where one maps the pair and
     ``gemm.einsum_is_faster`` (the rule the contraction program's steps follow too) does not
     give it to ``np.einsum``. The predictions are the cost model's."""
+    return _candidates(eq, shapes, dtype, pair_plan(eq, shapes))
+
+
+def _candidates(eq: str, shapes, dtype: str, p) -> list[tuple[str, str, float]]:
+    """``contraction_candidates`` with the pair's ``pair_plan`` ``p``."""
     work = math.prod(label_sizes(eq, shapes).values())
     est_einsum = EINSUM_OVERHEAD + 2.0 * work / EINSUM_FLOPS
-    p = gemm_plan(eq, shapes) if len(shapes) == 2 else None
     if p is None or dtype not in BLAS_DTYPES:
         why = ("not a GEMM (a repeated label: trace or diagonal)" if len(shapes) == 2 and
                p is None else f"{dtype}: no BLAS" if p is not None else "np.einsum's loops")
@@ -118,7 +127,8 @@ def contraction(eq: str, shapes, dtype: str, opt_level: int, form: str = "auto")
     """``(run(args, out) -> out, impl, details, source)`` for the einsum: the first of
     ``contraction_candidates``, or the fastest measured at ``opt_level`` 3, or the one
     ``form`` pins."""
-    cands = contraction_candidates(eq, shapes, dtype)
+    plan = pair_plan(eq, shapes)
+    cands = _candidates(eq, shapes, dtype, plan)
     impl, why, est = cands[0]
     details = {"contraction": impl, "reason": why,
                "predicted_us": {c: round(e * 1e6, 2) for c, _, e in cands}}
@@ -129,29 +139,26 @@ def contraction(eq: str, shapes, dtype: str, opt_level: int, form: str = "auto")
     elif opt_level >= 3 and len(cands) > 1:
         args = [sample_array(s, dtype) for s in shapes]
         out = np.empty(einsum_mod.parse(eq, shapes).output_shape, dtype)
-        timings = {c: median_seconds(lambda f=_contraction_fn(c, eq, shapes, dtype):
+        timings = {c: median_seconds(lambda f=_contraction_fn(c, eq, dtype, plan):
                                      f(args, out)) for c, _, _ in cands}
         impl = min(timings, key=timings.get)
         details.update(contraction=impl, reason="fastest measured (opt_level 3)",
                        timings_ms={c: round(t * 1e3, 4) for c, t in timings.items()})
     itemsize = np.dtype(dtype).itemsize
     if impl == "blas-gemm":
-        details["workspace_bytes"] = gemm_workspace_bytes(gemm_plan(eq, shapes), shapes,
-                                                          itemsize)
+        details["workspace_bytes"] = gemm_workspace_bytes(plan, shapes, itemsize)
     else:
         # the plan's values are C-contiguous buffers, and inputs are predicted as
         # C-contiguous (as a contraction program's are, ``contraction_workspace_bytes``)
         details["workspace_bytes"] = np_einsum_bytes(*einsum_mod.split(eq),
                                                      label_sizes(eq, shapes), itemsize,
                                                      c_contiguous=True)
-    return (_contraction_fn(impl, eq, shapes, dtype), impl, details,
-            _contraction_source(impl, eq, shapes))
+    return (_contraction_fn(impl, eq, dtype, plan), impl, details,
+            _contraction_source(impl, eq, plan))
 
 
-def _contraction_fn(impl: str, eq: str, shapes, dtype: str):
+def _contraction_fn(impl: str, eq: str, dtype: str, p):
     if impl == "blas-gemm":
-        p = gemm_plan(eq, shapes)
-
         def gemm(args, out):
             a, b = (x.astype(dtype, copy=False) for x in args)
             return run_gemm(np, p, a, b, out, threaded_matmul)
@@ -163,10 +170,9 @@ def _contraction_fn(impl: str, eq: str, shapes, dtype: str):
     return via_einsum
 
 
-def _contraction_source(impl: str, eq: str, shapes) -> str:
+def _contraction_source(impl: str, eq: str, p) -> str:
     if impl != "blas-gemm":
         return f"np.einsum({to_ascii(eq)!r}, *operands, out=out)"
-    p = gemm_plan(eq, shapes)
     M, N = p.bmkn[1], p.bmkn[3]
 
     def product(lead):
