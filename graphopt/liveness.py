@@ -13,13 +13,15 @@ import numpy as np
 from . import ir
 
 ALIGN = 64  # bytes: cache-line (and AVX-512) aligned buffers
-# ``assign_arena_offsets`` finds the placed buffers a new one overlaps through the buffers
-# live at each of its steps where intervals are this many steps long or less on average (an
-# MPS contraction program's, about three: 0.63 -> 0.40 ms on 200 steps; at 11-36 steps on
-# average the scan below was 1.5-2.4x faster), else by a scan of every placed buffer, in
-# Python up to ``VECTOR_SCAN_BUFFERS`` of them and with NumPy beyond (measured crossing
-# over at 300-500 buffers)
-STEP_SCAN_MEAN_STEPS = 4
+# ``assign_arena_offsets`` finds the placed buffers a new one overlaps by steps (its cost
+# grows with the intervals' lengths) where intervals are at most this many steps long on
+# average, or at most one ``STEP_SCAN_BUFFERS_PER_STEP``th of the buffers' count (measured:
+# at 400 buffers of 7-16 steps 1.3-1.8x faster than either scan; at 78-98 buffers of 17-20
+# steps the Python scan was 1.1x faster), else by a scan of every placed buffer, in Python
+# up to ``VECTOR_SCAN_BUFFERS`` of them and with NumPy beyond (measured crossing over at
+# 300-500 buffers)
+STEP_SCAN_STEPS = 4
+STEP_SCAN_BUFFERS_PER_STEP = 6
 VECTOR_SCAN_BUFFERS = 300
 
 
@@ -155,31 +157,32 @@ def assign_arena_offsets(intervals: dict, sizes: dict, inplace: dict | None = No
         last = max(intervals[n][1] for n in members)
         buffers.append((max(sizes[n] for n in members), first, last, min(members), members))
     # the buffers placed so far: which of them a new buffer's interval overlaps is found
-    # through the placed buffers live at each of its steps (``STEP_SCAN_MEAN_STEPS``), or a
-    # scan in Python up to ``VECTOR_SCAN_BUFFERS`` of them, then one vectorized test over
-    # their intervals (the scan is quadratic; the test costs microseconds of NumPy calls)
-    stepped = sum(b[2] - b[1] + 1 for b in buffers) <= STEP_SCAN_MEAN_STEPS * len(buffers)
+    # by steps (two intervals overlap where one begins within the other: the placed
+    # buffers live at the new one's first step, and those that begin after it, up to its
+    # last) where intervals are short (``STEP_SCAN_STEPS``), else by a scan in Python up to
+    # ``VECTOR_SCAN_BUFFERS`` of them, then one vectorized test over their intervals (the
+    # scan is quadratic; the test costs microseconds of NumPy calls)
+    lengths = sum(b[2] - b[1] + 1 for b in buffers)
+    stepped = lengths <= STEP_SCAN_STEPS * len(buffers) or \
+        lengths * STEP_SCAN_BUFFERS_PER_STEP <= len(buffers) ** 2
     vector = not stepped and len(buffers) > VECTOR_SCAN_BUFFERS
     firsts = np.zeros(len(buffers) if vector else 0, dtype=np.int64)
     lasts = np.zeros_like(firsts)
     placed: list[tuple[int, int]] = []   # (offset, aligned end)
     spans: list[tuple[int, int, int, int]] = []   # (first, last, offset, aligned end)
     live_at: dict[int, list] = {}   # step -> (offset, aligned end) of the buffers live at it
+    begins_at: dict[int, list] = {}   # step -> (offset, aligned end) of those beginning there
     arena = 0
     for size, first, last, _, members in sorted(buffers, key=lambda b: (-b[0], b[1], b[3])):
         offset = 0
         if size > 0:
             k = len(placed)
             if stepped:
-                steps = range(first, last + 1)
-                if first == last:
-                    live = live_at.get(first, ())
-                else:   # (two buffers of one place are one place to avoid)
-                    live = set()
-                    for t in steps:
-                        here = live_at.get(t)
-                        if here:
-                            live.update(here)
+                live = live_at.get(first, [])
+                for t in range(first + 1, last + 1):
+                    begun = begins_at.get(t)
+                    if begun:
+                        live = live + begun
             elif vector:
                 live = [placed[i] for i in
                         np.flatnonzero((firsts[:k] <= last) & (lasts[:k] >= first)).tolist()]
@@ -195,7 +198,8 @@ def assign_arena_offsets(intervals: dict, sizes: dict, inplace: dict | None = No
                 offset = top
             place = (offset, align(offset + size))
             if stepped:
-                for t in steps:
+                begins_at.setdefault(first, []).append(place)
+                for t in range(first, last + 1):
                     here = live_at.get(t)
                     if here is None:
                         live_at[t] = [place]

@@ -187,11 +187,11 @@ def test_check_memory_plan_rejects_overlap():
         check_memory_plan(H, plan)
 
 
-@pytest.mark.parametrize("longest", [3, 30])
+@pytest.mark.parametrize("longest", [3, 12, 30])
 def test_best_fit_finds_overlaps_the_same_by_steps_in_python_and_in_numpy(longest, monkeypatch):
-    # the overlap test goes through the buffers live at each step where intervals are short
-    # (STEP_SCAN_MEAN_STEPS), else a Python scan below VECTOR_SCAN_BUFFERS and NumPy's above:
-    # the same offsets every way, and no two overlapping intervals share a byte
+    # the overlap test goes by steps where intervals are short (STEP_SCAN_STEPS,
+    # STEP_SCAN_BUFFERS_PER_STEP), else a Python scan below VECTOR_SCAN_BUFFERS and NumPy's
+    # above: the same offsets every way, and no two overlapping intervals share a byte
     from graphopt import liveness
     rng = np.random.default_rng(7)
     intervals, sizes = {}, {}
@@ -199,12 +199,13 @@ def test_best_fit_finds_overlaps_the_same_by_steps_in_python_and_in_numpy(longes
         a = int(rng.integers(0, 400))
         intervals[n] = (a, a + int(rng.integers(0, longest)))
         sizes[n] = int(rng.integers(0, 5000)) if n % 7 else 64 * int(rng.integers(1, 4))
-    monkeypatch.setattr(liveness, "STEP_SCAN_MEAN_STEPS", 0)
+    monkeypatch.setattr(liveness, "STEP_SCAN_STEPS", 0)
+    monkeypatch.setattr(liveness, "STEP_SCAN_BUFFERS_PER_STEP", 10**9)
     monkeypatch.setattr(liveness, "VECTOR_SCAN_BUFFERS", 10**6)
     scanned = liveness.assign_arena_offsets(intervals, sizes)
     monkeypatch.setattr(liveness, "VECTOR_SCAN_BUFFERS", 0)
     assert liveness.assign_arena_offsets(intervals, sizes) == scanned
-    monkeypatch.setattr(liveness, "STEP_SCAN_MEAN_STEPS", 10**6)
+    monkeypatch.setattr(liveness, "STEP_SCAN_STEPS", 10**6)
     assert liveness.assign_arena_offsets(intervals, sizes) == scanned
     offsets, arena = scanned
     for u in intervals:
