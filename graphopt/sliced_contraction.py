@@ -99,7 +99,7 @@ def contraction_workspace_bytes(equation: str, shapes, path, slices, blocks, dty
     contract = contraction or path_contraction(equation, tuple(tuple(p) for p in path))
     blocks = [1] * len(slices) if blocks is None else list(blocks)
     block = {c: int(b) for c, b in zip(slices, blocks) if c in sizes}
-    sliced = full_slice_shapes(terms, shapes, block)
+    sliced = full_slice_shapes(terms, shapes, block) if block else shapes
     strides = [c_strides(s) for s in shapes]
     into_out = _writes_into_result(output, sizes, block)
     peak = contract.program(sliced, dtype, strides).peak_bytes(into_out=into_out)
