@@ -4,14 +4,15 @@
 ``contraction_program.PathContraction`` runs. The steps are ``paths.play_path``'s, so every
 intermediate has the label order the contraction pass gives its pairwise nodes. Each step:
 
-- a pairwise step on a BLAS dtype whose labels map onto a (batched) matrix product is
-  one GEMM (``gemm.gemm_plan``, run by ``gemm.run_gemm`` with the caller's ``matmul``),
-  unless ``gemm.einsum_is_faster`` gives it to ``np.einsum`` (a small step, or one that
-  sums nothing);
+- a pairwise step whose labels map onto a (batched) matrix product is one GEMM
+  (``gemm.gemm_plan``, run by ``gemm.run_gemm`` with the caller's ``matmul``: BLAS's, or
+  in integer, bool or float16 operands ``einsum_matmul``'s), unless
+  ``gemm.einsum_is_faster`` gives it to ``np.einsum`` (a small step, or in a BLAS dtype one
+  that sums nothing);
 - any other step is ``np.einsum`` on the step's own equation: a small step, an outer or
   broadcast product (nothing summed), a trace or diagonal, a size-1 label broadcast
-  against a larger one, a one-operand step, integer, bool or float16 operands. A step over
-  more than two operands is ``einsum.evaluate``'s.
+  against a larger one, a one-operand step. A step over more than two operands is
+  ``einsum.evaluate``'s.
 
 Intermediates live in one arena whose offsets are assigned over the steps' lifetimes
 (``liveness.assign_arena_offsets``, as the memory pass assigns a plan's), or back to back
@@ -19,8 +20,9 @@ where they are at most ``UNSHARED_ARENA_BYTES`` in all, or in the places of a la
 program of the same path (a sliced contraction's full slice, for a ragged one). Beside it a
 step may allocate scratch: ``run_gemm``'s pre-summed operands, the copies it makes of
 operands whose matrix is not a view (known exactly at planning, from the operands' strides:
-inputs and slice views as given, GEMM products kept as permuted views), and a product
-written before it is permuted into ``out``. ``Program.peak_bytes`` is the arena plus the
+inputs and slice views as given, GEMM products kept as permuted views), ``einsum_matmul``'s
+copy of one operand into another memory order, and a product written before it is permuted
+into ``out``. ``Program.peak_bytes`` is the arena plus the
 largest step's scratch (``gemm.operand_scratch``) and the call's Python objects: what a
 call allocates at once, as ``tracemalloc`` measures it.
 """
@@ -171,9 +173,9 @@ def _plan_step(equation: str, in_shapes: tuple, blas: bool
     shape = tuple(map(size.__getitem__, result))
     plan = None
     work = math.prod(size.values())
-    if blas and len(terms) == 2 and uniform and not einsum_is_faster(work):
+    if len(terms) == 2 and uniform and not einsum_is_faster(work, blas=blas):
         plan = pair_gemm_plan(terms[0], terms[1], result, size)
-        if plan is not None and einsum_is_faster(work, plan):
+        if plan is not None and einsum_is_faster(work, plan, blas):
             plan = None
     if plan is None and len(terms) <= 2:
         equation = to_ascii(equation)
@@ -194,7 +196,8 @@ def _planned_step(equation: str, in_shapes: tuple, in_strides: tuple, blas: bool
             tuple(st) == c_strides(sh) for sh, st in zip(in_shapes, in_strides))) \
             if len(in_shapes) <= 2 else 0
         return equation, shape, None, held, c_strides(shape)
-    held, res_strides = operand_scratch(plan, list(zip(in_shapes, in_strides)), itemsize)
+    held, res_strides = operand_scratch(plan, list(zip(in_shapes, in_strides)), itemsize,
+                                        blas)
     return equation, shape, plan, held, res_strides
 
 

@@ -11,10 +11,13 @@ import functools
 import math
 from dataclasses import dataclass
 
-from . import einsum as einsum_mod
+import numpy as np
 
-# The dtypes BLAS multiplies: a pairwise einsum in another dtype (integers, bool, float16)
-# runs on np.einsum's loops instead.
+from . import einsum as einsum_mod
+from .einsum_matmul import einsum_matmul_bytes, host_matmul, operand_to_copy
+
+# The dtypes BLAS multiplies: a GEMM in another dtype (integers, bool, float16) has its
+# product run by np.einsum's loops (``einsum_matmul``).
 BLAS_DTYPES = frozenset({"float32", "float64", "complex64", "complex128"})
 
 
@@ -63,15 +66,20 @@ def gemm_plan(equation: str, shapes) -> GemmPlan | None:
 SMALL_PAIR_WORK = 128
 
 
-def einsum_is_faster(work: int, plan: GemmPlan | None = None) -> bool:
+def einsum_is_faster(work: int, plan: GemmPlan | None = None, blas: bool = True) -> bool:
     """Whether ``np.einsum`` runs a pair contraction of ``work`` multiply-adds (the product
     of its labels' sizes) faster than GEMM ``plan``: below ``SMALL_PAIR_WORK``, or where
     the GEMM would sum nothing (K = 1: an outer or broadcast product, which np.einsum
     writes up to 3x faster than batched GEMMs of K = 1 in float64, level in complex).
+    Without ``blas`` (a dtype BLAS does not multiply: the GEMM's product is
+    ``einsum_matmul``'s) below ``SMALL_PAIR_WORK`` only: from 2048 multiply-adds the GEMM
+    took 0.4-0.67x np.einsum's time by median (606 pair steps of generated integer
+    networks), below that 1.2-1.8x, and np.einsum over a step's own labels may fill
+    buffers of sizes NumPy picks, which a predicted peak can only bound (``einsum_matmul``).
     Without a plan, the size rule alone: a caller makes no plan where that gives the pair
     to np.einsum. The one rule both CPU paths read: the contraction program's pair steps
     and the numba backend's pairwise nodes."""
-    return work < SMALL_PAIR_WORK or (plan is not None and plan.bmkn[2] == 1)
+    return work < SMALL_PAIR_WORK or (blas and plan is not None and plan.bmkn[2] == 1)
 
 
 def pair_gemm_plan(ta: str, tb: str, out: str, size: dict) -> GemmPlan | None:
@@ -122,12 +130,14 @@ def _summed_first(term: str, other: str, out: str) -> tuple[list[int], str]:
 
 def run_gemm(xp, p: GemmPlan, a, b, out, matmul=None, into=None):
     """Run ``p`` with array module ``xp`` (cupy, or numpy in CPU tests) into ``out``;
-    ``matmul(a3, b3, c3)`` does the (batched) product (default ``xp.matmul``). ``out`` None:
+    ``matmul(a3, b3, c3)`` does the (batched) product (default ``xp.matmul``; with NumPy,
+    ``einsum_matmul.host_matmul``: BLAS's, or np.einsum's for other dtypes). ``out`` None:
     the result is a new array in the product's own order, returned as a view permuted to
     the output's (no copy; operands of ``a``'s dtype), in ``into`` where given (a C-contiguous
     buffer of ``res_shape``'s elements, of ``a``'s dtype)."""
     if matmul is None:
-        matmul = lambda x, y, z: xp.matmul(x, y, out=z)  # noqa: E731
+        matmul = host_matmul if xp is np else \
+            lambda x, y, z: xp.matmul(x, y, out=z)  # noqa: E731
     if p.swapped:
         a, b = b, a
     if p.sum_a:
@@ -174,12 +184,13 @@ def transpose_copy_bytes(p: GemmPlan, shapes, itemsize: int) -> int:
     return copy + (2 * B * M * N * itemsize if p.out_perm is not None else 0)
 
 
-def gemm_workspace_bytes(p: GemmPlan, shapes, itemsize: int) -> int:
+def gemm_workspace_bytes(p: GemmPlan, shapes, itemsize: int, blas: bool = True) -> int:
     """Bytes ``run_gemm`` allocates at once beside ``out`` for C-contiguous operands of
-    ``shapes``: ``operand_scratch``, and the unpermuted result where it is permuted into
-    ``out``."""
+    ``shapes``: ``operand_scratch`` (``blas`` as there), and the unpermuted result where it
+    is permuted into ``out``."""
     B, M, _, N = p.bmkn
-    held, _ = operand_scratch(p, [(tuple(s), c_strides(s)) for s in shapes], itemsize)
+    held, _ = operand_scratch(p, [(tuple(s), c_strides(s)) for s in shapes], itemsize,
+                              blas)
     return held + (B * M * N * itemsize if p.out_perm is not None else 0)
 
 
@@ -207,10 +218,17 @@ def reshape_is_view(shape, strides, perm, new_shape) -> bool:
     """Whether ``a.transpose(perm).reshape(new_shape)`` is a view (else NumPy copies) for
     ``a`` of ``shape`` and element ``strides``: NumPy's own rule (``_attempt_nocopy_reshape``
     for C order), on the shapes alone."""
+    return reshaped_strides(shape, strides, perm, new_shape) is not None
+
+
+def reshaped_strides(shape, strides, perm, new_shape) -> tuple | None:
+    """The element strides of ``a.transpose(perm).reshape(new_shape)`` where that is a view
+    (``reshape_is_view``), else None: NumPy's ``_attempt_nocopy_reshape`` for C order."""
     if 0 in shape:
-        return True
+        return c_strides(new_shape)
     old = [(shape[i], strides[i]) for i in perm if shape[i] != 1]
     new = list(new_shape)
+    out = [0] * len(new)
     oi = ni = 0
     while ni < len(new) and oi < len(old):
         nj, oj = ni + 1, oi + 1
@@ -224,24 +242,40 @@ def reshape_is_view(shape, strides, perm, new_shape) -> bool:
                 oj += 1
         for k in range(oi, oj - 1):     # the old axes merged here must be contiguous
             if old[k][1] != old[k + 1][0] * old[k + 1][1]:
-                return False
+                return None
+        out[nj - 1] = old[oj - 1][1]
+        for k in range(nj - 1, ni, -1):
+            out[k - 1] = out[k] * new[k]
         ni, oi = nj, oj
-    return True
+    for k in range(ni, len(new)):       # trailing dims of 1
+        out[k] = out[ni - 1] if ni else 1
+    return tuple(out)
 
 
-def operand_scratch(plan: GemmPlan, layouts, itemsize: int) -> tuple[int, tuple]:
+def operand_scratch(plan: GemmPlan, layouts, itemsize: int,
+                    blas: bool = True) -> tuple[int, tuple]:
     """``(bytes run_gemm allocates for its operands, the product's element strides in the
-    result's label order)`` for operands of ``layouts`` (shape, element strides)."""
+    result's label order)`` for operands of ``layouts`` (shape, element strides); without
+    ``blas`` (a product by ``einsum_matmul``) with its copy of one operand where it makes
+    one (``einsum_matmul.operand_to_copy``) and its iterator (``einsum_matmul_bytes``)."""
     a, b = (layouts[1], layouts[0]) if plan.swapped else layouts
     shape_a, shape_b = plan.matrices[:2]
     held = 0
+    matrices = []
     for (shape, strides), drop, perm, groups in ((a, plan.sum_a, plan.perm_a, shape_a),
                                                  (b, plan.sum_b, plan.perm_b, shape_b)):
         if drop:
             shape, strides = _reduced_strides(shape, strides, drop)
             held += math.prod(shape) * itemsize
-        if not reshape_is_view(shape, strides, perm, groups):
+        view = reshaped_strides(shape, strides, perm, groups)
+        if view is None:
             held += math.prod(shape) * itemsize
+        matrices.append((groups, c_strides(groups) if view is None else view))
+    if not blas:
+        which = operand_to_copy(*matrices[0], *matrices[1])
+        if which:
+            held += math.prod(matrices[which - 1][0]) * itemsize
+        held += einsum_matmul_bytes(len(shape_a))
     strides = c_strides(plan.res_shape)
     if plan.out_perm is not None:
         strides = tuple(strides[i] for i in plan.out_perm)

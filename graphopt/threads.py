@@ -252,7 +252,7 @@ def call_slots(n: int):
 # Kernel implementations that run no numba code: a plan of only these never starts numba's
 # threading layer (a few ms at a process's first call).
 NO_NUMBA_IMPLS = frozenset({"numpy", "numpy-sliced", "numpy-einsum", "numpy-ufunc",
-                            "blas-gemm", "copy"})
+                            "blas-gemm", "einsum-gemm", "copy"})
 
 
 def enter_call(plan_threads: int | None, numba: bool = True, blas: bool = False,

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from graphopt.einsum import parse
-from graphopt.gemm import gemm_plan, gemm_workspace_bytes, run_gemm
+from graphopt.gemm import gemm_plan, gemm_workspace_bytes, reshaped_strides, run_gemm
 
 
 @pytest.mark.parametrize("eq, shapes", [
@@ -20,21 +20,48 @@ from graphopt.gemm import gemm_plan, gemm_workspace_bytes, run_gemm
     ("bij,bjk->bik", [(5, 16, 24), (5, 24, 8)]),  # batched, free
     ("ibj,bjk->bik", [(16, 5, 24), (5, 24, 8)]),  # batched, operand copy
     ("ijx,jk->ik", [(16, 24, 3), (24, 8)]),       # a label summed before the GEMM
+    ("kbi,bkj->bij", [(24, 5, 16), (5, 24, 8)]),  # batched, A F-ordered and B not
 ])
-def test_workspace_model_matches_traced_allocations(eq, shapes):
+@pytest.mark.parametrize("dtype", ["float64", "int64"])
+def test_workspace_model_matches_traced_allocations(eq, shapes, dtype):
+    # int64: no BLAS, the product is einsum_matmul's (with its copy where A is F-ordered)
     p = gemm_plan(eq, shapes)
     assert p is not None
     rng = np.random.default_rng(0)
-    a, b = (rng.normal(size=s) for s in shapes)
-    out = np.empty(parse(eq, shapes).output_shape)
+    a, b = (rng.integers(-3, 4, size=s).astype(dtype) for s in shapes)
+    out = np.empty(parse(eq, shapes).output_shape, dtype)
     run_gemm(np, p, a, b, out)              # warm: nothing cached is counted below
     tracemalloc.start()
     run_gemm(np, p, a, b, out)
     peak = tracemalloc.get_traced_memory()[1]
     tracemalloc.stop()
-    model = gemm_workspace_bytes(p, shapes, 8)
+    model = gemm_workspace_bytes(p, shapes, 8, blas=dtype == "float64")
     assert model - 4096 <= peak <= model * 1.1 + 4096, (peak, model)   # + view objects
-    np.testing.assert_allclose(out, np.einsum(eq, a, b), rtol=1e-12)
+    np.testing.assert_array_equal(out, np.einsum(eq, a, b))
+
+
+def test_reshaped_strides_are_numpys():
+    # the strides a transposed, regrouped operand's view has (dims above 1), or None where
+    # NumPy copies, on random layouts, permutations and groupings (with dims of 1)
+    rng = np.random.default_rng(0)
+    for _ in range(3000):
+        nd = int(rng.integers(1, 6))
+        shape = [int(x) for x in rng.choice([1, 1, 2, 3, 4], nd)]
+        order = rng.permutation(nd)
+        a = np.empty([shape[i] for i in order], np.int8).transpose(np.argsort(order))
+        perm = [int(x) for x in rng.permutation(nd)]
+        dims, new, i = [a.shape[k] for k in perm], [], 0
+        while i < nd:
+            j = int(rng.integers(i + 1, nd + 1))
+            new.append(int(np.prod(dims[i:j])))
+            i = j
+            if rng.random() < 0.2:
+                new.append(1)
+        r = a.transpose(perm).reshape(new)
+        got = reshaped_strides(a.shape, a.strides, perm, new)
+        assert (got is not None) == np.shares_memory(r, a), (a.shape, a.strides, perm, new)
+        if got is not None:
+            assert all(g == w for d, g, w in zip(new, got, r.strides) if d > 1)
 
 
 def test_gemm_plan_shapes():

@@ -1,9 +1,10 @@
-"""The CPU backend's pairwise einsum nodes: one BLAS GEMM or ``np.einsum``.
+"""The CPU backend's pairwise einsum nodes: one GEMM or ``np.einsum``.
 
 A pairwise einsum runs as one GEMM (transpose-transpose-GEMM-transpose, batched ``matmul``
 where batch labels exist, written into the planned buffer with ``out=``, on the call's
-threads: ``cpu_gemm.threaded_matmul``) or as ``np.einsum`` (small pairs, outer products,
-traces, diagonals, integer dtypes). ``gemm.einsum_is_faster``, the rule the contraction
+threads: ``cpu_gemm.threaded_matmul``; BLAS's product, or in integer, bool and float16
+dtypes ``einsum_matmul``'s) or as ``np.einsum`` (small pairs, outer products in BLAS
+dtypes, traces, diagonals). ``gemm.einsum_is_faster``, the rule the contraction
 program's steps follow too, decides between them (``contraction_candidates``); at
 ``opt_level=3`` both are timed on the real shapes; ``kernel_forms`` pins one. A node of
 more than two operands, or a sliced one, runs along its path (``numpy_ref.sliced_kernel``).
@@ -39,6 +40,9 @@ from .timing import median_seconds, sample_array
 # through this backend's kernels (one core, float64 and complex128).
 GEMM_FLOPS = {"float32": 150e9, "float64": 75e9, "complex64": 150e9, "complex128": 75e9}
 EINSUM_FLOPS = 1.3e9        # np.einsum's sum-of-products loops on small pairs, no blocking
+# ``einsum_matmul``'s product of a GEMM's matrices in integer dtypes (4.4e9 on int64
+# 64 x 256^3 batched, less on small matrices)
+EINSUM_GEMM_FLOPS = 3e9
 COPY_BYTES = 20e9
 GEMM_OVERHEAD = 2.2e-6      # transposes, reshapes and the matmul call
 EINSUM_OVERHEAD = 2.0e-6    # np.einsum parses its equation on every call
@@ -62,9 +66,9 @@ def einsum_kernel(G, n, opt_level: int, form: str = "auto") -> Kernel:
         if out is None:
             out = np.empty(d["shape"], d["dtype"])
         return run(args, out)
-    gemm = impl == "blas-gemm"
+    gemm = impl in ("blas-gemm", "einsum-gemm")
     return Kernel(f"einsum_{n}", fn, source, impl, node=n, details=details,
-                  uses_threads=gemm, blas_only_threads=gemm,
+                  uses_threads=gemm, blas_only_threads=impl == "blas-gemm",
                   workspace_bytes=details["workspace_bytes"])
 
 
@@ -105,18 +109,23 @@ def _candidates(eq: str, shapes, dtype: str, p) -> list[tuple[str, str, float]]:
     """``contraction_candidates`` with the pair's ``pair_plan`` ``p``."""
     work = math.prod(label_sizes(eq, shapes).values())
     est_einsum = EINSUM_OVERHEAD + 2.0 * work / EINSUM_FLOPS
-    if p is None or dtype not in BLAS_DTYPES:
-        why = ("not a GEMM (a repeated label: trace or diagonal)" if len(shapes) == 2 and
-               p is None else f"{dtype}: no BLAS" if p is not None else "np.einsum's loops")
+    blas = dtype in BLAS_DTYPES
+    if p is None:
+        why = ("not a GEMM (a repeated label: trace or diagonal)" if len(shapes) == 2
+               else "np.einsum's loops")
         return [("numpy-einsum", why, est_einsum)]
     B, M, K, N = p.bmkn
     copy = transpose_copy_bytes(p, shapes, np.dtype(dtype).itemsize)
-    est = GEMM_OVERHEAD + 2.0 * B * M * K * N / GEMM_FLOPS[dtype] + copy / COPY_BYTES
-    why = f"{'batched ' if B > 1 else ''}GEMM B,M,K,N={p.bmkn}, {copy} B of transposes"
-    if not einsum_is_faster(work, p):
-        return [("blas-gemm", f"{why} ({work} multiply-adds, something summed)", est),
+    impl = "blas-gemm" if blas else "einsum-gemm"
+    rate = GEMM_FLOPS[dtype] if blas else EINSUM_GEMM_FLOPS
+    est = GEMM_OVERHEAD + 2.0 * B * M * K * N / rate + copy / COPY_BYTES
+    why = (f"{'batched ' if B > 1 else ''}GEMM B,M,K,N={p.bmkn}, {copy} B of transposes" +
+           ("" if blas else f"; {dtype}: no BLAS, np.einsum's product of the matrices"))
+    if not einsum_is_faster(work, p, blas):
+        return [(impl, f"{why} ({work} multiply-adds" +
+                 (", something summed)" if blas else ")"), est),
                 ("numpy-einsum", "np.einsum's loops", est_einsum)]
-    gemm = ("blas-gemm", why, est)
+    gemm = (impl, why, est)
     why = (f"np.einsum: {work} multiply-adds, fewer than {SMALL_PAIR_WORK}"
            if work < SMALL_PAIR_WORK else "np.einsum: nothing summed (an outer or broadcast "
            "product; a GEMM of K = 1)")
@@ -145,8 +154,9 @@ def contraction(eq: str, shapes, dtype: str, opt_level: int, form: str = "auto")
         details.update(contraction=impl, reason="fastest measured (opt_level 3)",
                        timings_ms={c: round(t * 1e3, 4) for c, t in timings.items()})
     itemsize = np.dtype(dtype).itemsize
-    if impl == "blas-gemm":
-        details["workspace_bytes"] = gemm_workspace_bytes(plan, shapes, itemsize)
+    if impl in ("blas-gemm", "einsum-gemm"):
+        details["workspace_bytes"] = gemm_workspace_bytes(plan, shapes, itemsize,
+                                                          impl == "blas-gemm")
     else:
         # the plan's values are C-contiguous buffers, and inputs are predicted as
         # C-contiguous (as a contraction program's are, ``contraction_workspace_bytes``)
@@ -158,7 +168,7 @@ def contraction(eq: str, shapes, dtype: str, opt_level: int, form: str = "auto")
 
 
 def _contraction_fn(impl: str, eq: str, dtype: str, p):
-    if impl == "blas-gemm":
+    if impl in ("blas-gemm", "einsum-gemm"):
         def gemm(args, out):
             a, b = (x.astype(dtype, copy=False) for x in args)
             return run_gemm(np, p, a, b, out, threaded_matmul)
@@ -171,12 +181,13 @@ def _contraction_fn(impl: str, eq: str, dtype: str, p):
 
 
 def _contraction_source(impl: str, eq: str, p) -> str:
-    if impl != "blas-gemm":
+    if impl not in ("blas-gemm", "einsum-gemm"):
         return f"np.einsum({to_ascii(eq)!r}, *operands, out=out)"
     M, N = p.bmkn[1], p.bmkn[3]
+    matmul = "np.matmul" if impl == "blas-gemm" else "einsum_matmul"
 
     def product(lead):
         if p.out_perm is None:
-            return [f"np.matmul(A, B, out=out.reshape({lead}{M}, {N}))"]
-        return [f"out[...] = (A @ B).reshape{p.res_shape}.transpose{p.out_perm}"]
-    return gemm_source(p, eq, "BLAS", product)
+            return [f"{matmul}(A, B, out=out.reshape({lead}{M}, {N}))"]
+        return [f"out[...] = {matmul}(A, B).reshape{p.res_shape}.transpose{p.out_perm}"]
+    return gemm_source(p, eq, "BLAS" if impl == "blas-gemm" else "np.einsum", product)

@@ -9,7 +9,8 @@ threads, along the batch dim where there are enough matrices, else along the wid
 and N (the parts are strided views, which BLAS reads and writes in place), and the parts
 run on graphopt's workers (``threads.run_parallel``). Every element of ``c`` is one BLAS
 dot product over the whole K in either case, so the split changes no result beyond BLAS's
-own kernel choice at a part's edge.
+own kernel choice at a part's edge. A product in a dtype BLAS does not multiply (integers,
+bool, float16) is ``einsum_matmul``'s, cut into parts the same way.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import threads
+from ..einsum_matmul import BLAS_CHARS, einsum_product, matmul_operands
 
 # OpenBLAS runs a real GEMM of at most this many M*N*K multiply-adds on one thread whatever
 # its thread count (SMP_THRESHOLD_MIN * GEMM_MULTITHREAD_THRESHOLD); it threads complex ones
@@ -47,21 +49,32 @@ def gemm_parts(shape_a, shape_b, nthreads: int) -> tuple[str, list[tuple[int, in
 
 
 def threaded_matmul(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
-    """``np.matmul(a, b, out=c)`` on the calling plan's threads (see the module doc)."""
-    if a.shape[-2] * a.shape[-1] * b.shape[-1] <= SMALL_GEMM.get(c.dtype.kind, 0) or \
+    """``np.matmul(a, b, out=c)`` on the calling plan's threads (see the module doc); in a
+    dtype BLAS does not multiply, ``einsum_matmul``'s product, cut over the call's threads
+    the same way (np.einsum's loops release the GIL)."""
+    if c.dtype.char not in BLAS_CHARS:
+        a, b = matmul_operands(a, b)       # (once, not per part)
+        product = einsum_product
+    elif a.shape[-2] * a.shape[-1] * b.shape[-1] <= SMALL_GEMM.get(c.dtype.kind, 0) or \
             not threads.blas_for_gemm():   # (BLAS threads it itself: threads.enter_call)
         return np.matmul(a, b, out=c)
+    else:
+        product = _blas_product
     axis, ranges = gemm_parts(a.shape, b.shape, threads.current_threads())
     if axis == "whole":
-        return np.matmul(a, b, out=c)
+        return product(a, b, c)
     if axis == "batch":
         def part(r):
-            np.matmul(a[r[0]:r[1]], b[r[0]:r[1]], out=c[r[0]:r[1]])
+            product(a[r[0]:r[1]], b[r[0]:r[1]], c[r[0]:r[1]])
     elif axis == "n":
         def part(r):
-            np.matmul(a, b[..., r[0]:r[1]], out=c[..., r[0]:r[1]])
+            product(a, b[..., r[0]:r[1]], c[..., r[0]:r[1]])
     else:
         def part(r):
-            np.matmul(a[..., r[0]:r[1], :], b, out=c[..., r[0]:r[1], :])
+            product(a[..., r[0]:r[1], :], b, c[..., r[0]:r[1], :])
     threads.run_parallel(part, ranges, len(ranges))
     return c
+
+
+def _blas_product(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
+    return np.matmul(a, b, out=c)

@@ -95,7 +95,7 @@ def _tiled_timing(G, n, ctx):
 # ``compile(..., kernel_forms={...})``: pin the form that timing or the cost model would
 # choose, per machine differently (tests run every form; a user can bisect a result).
 KERNEL_FORMS = {"fused": ("auto", "numba-fused", "numpy-blocked"),
-                "contraction": ("auto", "blas-gemm", "numpy-einsum")}
+                "contraction": ("auto", "blas-gemm", "einsum-gemm", "numpy-einsum")}
 
 
 def kernel_forms(options: dict) -> dict:
@@ -150,9 +150,10 @@ def fused_kernel(G, n, opt_level: int, fast_math: bool, forms=None) -> Kernel:
         impl = k.impl
     fn = _guard_inplace(body, k.inplace_ok, G, n)
     parallel = bool(k.details.get("parallel"))
-    gemm = impl.startswith("blas-gemm")
+    blas = impl.startswith("blas-gemm")
     return Kernel(name, fn, source, impl, node=n, details=details,
-                  uses_threads=parallel or gemm, blas_only_threads=gemm and not parallel,
+                  uses_threads=parallel or blas or impl.startswith("einsum-gemm"),
+                  blas_only_threads=blas and not parallel,
                   workspace_bytes=details.get("workspace_bytes", 0))
 
 

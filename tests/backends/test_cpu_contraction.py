@@ -10,7 +10,7 @@ import pytest
 from graphopt.backends import cpu_contraction, timing
 from graphopt.contraction_plan import plan_program
 from graphopt.einsum import split
-from graphopt.gemm import SMALL_PAIR_WORK, einsum_is_faster, gemm_plan
+from graphopt.gemm import BLAS_DTYPES, SMALL_PAIR_WORK, einsum_is_faster, gemm_plan
 
 pytest.importorskip("numba")
 
@@ -26,15 +26,25 @@ pytest.importorskip("numba")
     ("ij,kl->ijkl", [(6, 5), (5, 6)]),              # outer product (K = 1)
     ("ij,jk->ijk", [(8, 8), (8, 8)]),               # nothing summed, a batch label
 ])
-@pytest.mark.parametrize("dtype", ["float32", "float64", "complex128"])
-@pytest.mark.parametrize("form", ["auto", "blas-gemm", "numpy-einsum"])
+@pytest.mark.parametrize("dtype", ["float32", "float64", "complex128", "int64", "int16",
+                                   "uint8", "bool", "float16"])
+@pytest.mark.parametrize("form", ["auto", "gemm", "numpy-einsum"])
 def test_every_form_of_a_pairwise_contraction_equals_numpy_einsum(eq, shapes, dtype, form):
+    # "gemm": BLAS's product in its dtypes, einsum_matmul's in the others
+    if form == "gemm":
+        form = "blas-gemm" if dtype in BLAS_DTYPES else "einsum-gemm"
     args = [timing.sample_array(s, dtype, seed=i) for i, s in enumerate(shapes)]
     run, impl, details, source = cpu_contraction.contraction(eq, shapes, dtype, 2, form)
     out = np.empty(np.einsum(eq, *args).shape, dtype)
     assert run(args, out) is out
-    np.testing.assert_allclose(out, np.einsum(eq, *args), rtol=1e-5)
-    assert impl == form if form != "auto" else impl in ("blas-gemm", "numpy-einsum")
+    if dtype == "float16":    # (np.einsum's own float16 sums, in another order)
+        np.testing.assert_allclose(out, np.einsum(eq, *args), rtol=2e-2, atol=2e-2)
+    elif np.dtype(dtype).kind in "iub":
+        np.testing.assert_array_equal(out, np.einsum(eq, *args))
+    else:
+        np.testing.assert_allclose(out, np.einsum(eq, *args), rtol=1e-5)
+    assert impl == form if form != "auto" else \
+        impl in ("blas-gemm" if dtype in BLAS_DTYPES else "einsum-gemm", "numpy-einsum")
     assert source and details["reason"]
 
 
@@ -42,17 +52,22 @@ def test_every_form_of_a_pairwise_contraction_equals_numpy_einsum(eq, shapes, dt
     ("ij,jk->ik", [(5, 6), (6, 7)]),
     ("bi,bi->b", [(6, 7), (6, 7)]),
 ])
-def test_opt_level_3_keeps_the_faster_form_measured(eq, shapes):
-    run, impl, details, _ = cpu_contraction.contraction(eq, shapes, "float64", 3)
-    assert set(details["timings_ms"]) == {"blas-gemm", "numpy-einsum"}
+@pytest.mark.parametrize("dtype, gemm", [("float64", "blas-gemm"), ("int32", "einsum-gemm")])
+def test_opt_level_3_keeps_the_faster_form_measured(eq, shapes, dtype, gemm):
+    run, impl, details, _ = cpu_contraction.contraction(eq, shapes, dtype, 3)
+    assert set(details["timings_ms"]) == {gemm, "numpy-einsum"}
     assert details["timings_ms"][impl] == min(details["timings_ms"].values())
 
 
-def test_traces_and_ints_go_to_einsum():
+def test_traces_go_to_einsum_and_integer_gemms_to_einsum_matmul():
     (c,) = cpu_contraction.contraction_candidates("ii,ij->j", [(3, 3), (3, 4)], "float64")
     assert c[0] == "numpy-einsum" and "trace or diagonal" in c[1]
     cands = cpu_contraction.contraction_candidates("ij,jk->ik", [(64, 64), (64, 64)], "int64")
-    assert [c[0] for c in cands] == ["numpy-einsum"] and "no BLAS" in cands[0][1]
+    assert [c[0] for c in cands] == ["einsum-gemm", "numpy-einsum"]
+    assert "no BLAS" in cands[0][1]
+    # without BLAS an outer product is a GEMM too (its np.einsum may fill buffers)
+    outer = cpu_contraction.contraction_candidates("ij,kl->ijkl", [(32, 32), (32, 32)], "int8")
+    assert outer[0][0] == "einsum-gemm"
     big = cpu_contraction.contraction_candidates("ij,jk->ik", [(256, 256), (256, 256)],
                                                  "float32")
     assert big[0][0] == "blas-gemm" and big[0][2] < big[1][2]
@@ -76,6 +91,8 @@ def test_einsum_is_faster_is_the_size_rule_then_the_summed_rule():
     assert einsum_is_faster(SMALL_PAIR_WORK - 1) and not einsum_is_faster(SMALL_PAIR_WORK)
     assert not einsum_is_faster(512, p) and einsum_is_faster(4096, outer)
     assert einsum_is_faster(64, p)
+    # without BLAS: the size rule alone
+    assert not einsum_is_faster(4096, outer, blas=False) and einsum_is_faster(64, p, False)
 
 
 PAIRS = [("ij,jk->ik", [(n, n), (n, n)]) for n in (2, 4, 5, 6, 16)] + [
@@ -89,14 +106,14 @@ PAIRS = [("ij,jk->ik", [(n, n), (n, n)]) for n in (2, 4, 5, 6, 16)] + [
 
 
 @pytest.mark.parametrize("eq, shapes", PAIRS)
-@pytest.mark.parametrize("dtype", ["float64", "complex64", "int32"])
+@pytest.mark.parametrize("dtype", ["float64", "complex64", "int32", "bool"])
 def test_a_pairwise_node_and_a_program_step_take_the_same_form(eq, shapes, dtype):
     # the numba backend's pairwise node and the contraction program's step of the same pair
     # read one rule: GEMM or np.einsum alike
     node = cpu_contraction.contraction_candidates(eq, shapes, dtype)[0][0]
     terms, out = split(eq)
     (step,) = plan_program(terms, out, [(0, 1)], shapes, dtype).steps
-    assert (step.gemm is not None) == (node == "blas-gemm"), (node, step)
+    assert (step.gemm is not None) == (node in ("blas-gemm", "einsum-gemm")), (node, step)
     work = math.prod({c: d for t, s in zip(terms, shapes) for c, d in zip(t, s)}.values())
     if node == "blas-gemm":
         assert work >= SMALL_PAIR_WORK and step.gemm.bmkn[2] > 1
