@@ -111,3 +111,16 @@ def test_sliced_networks_benchmark_runs_within_the_limit_and_checks_results(tmp_
     # the path searched with its slices costs fewer FLOPs than slicing the unsliced one
     assert row["flops"] < row["flops_unsliced_path"], row
     assert "| lattice5x6 (30 tensors) | 1/16 of the peak |" in sliced_networks.table([row])
+
+
+def test_integer_networks_benchmark_checks_results_and_peaks(tmp_path):
+    pytest.importorskip("cotengra")
+    from benchmarks import integer_networks
+
+    out = tmp_path / "ints.json"
+    assert integer_networks.main(["--mode", "default", "--instances", "randreg30",
+                                  "--dtypes", "int32", "--json", str(out)]) == 0
+    (row,) = json.loads(out.read_text())
+    assert row["exact"] and row["numpy_ms"] > 0 and row["opt_einsum_ms"] > 0, row
+    assert abs(row["measured_peak"] / row["predicted_peak"] - 1) <= 0.1, row
+    assert "| randreg30 (30 tensors) | int32 |" in integer_networks.table([row])
