@@ -200,8 +200,10 @@ def compile(graph, backend: str = "auto", opt_level: int = 2, memory_limit=None,
             ``with go.thread_budget(n)`` uses ``n``).
         **options: backend options (e.g. ``fast_math=False``, ``cuda_graph=True``) and pass
             options: ``path_time`` (seconds of contraction-path search for groups of more
-            than 12 operands; default scaled to the estimated run time), ``path_cache``
-            (False: no cached paths).
+            than 12 operands; default scaled to the estimated run time; under
+            ``memory_limit`` half for the unsliced search and what it left for the search
+            with its slices, where a group must be sliced), ``path_cache`` (False: no
+            cached paths).
 
     Returns:
         Plan: call it with the graph's inputs; ``plan.report`` says what was done.

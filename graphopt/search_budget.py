@@ -19,6 +19,11 @@ DEFAULT_MAX_SECONDS = 20.0
 # reconfiguration that halves the hyper-index network's run time), so the default budget is
 # up to a few times a path's actual run time
 COMBO_RATE = 1e10
+# Under ``memory_limit``, the share of a user's ``path_time`` the unsliced search of a group
+# gets; where the group must be sliced, its search with its slices gets what that one left
+# (the two together took 1.7x and 2.0x a budget of 1 and 2 s on a 5x8 lattice at 1/4 of its
+# peak, each given all of it)
+LIMITED_UNSLICED_SHARE = 0.5
 HYPER_MIN_SECONDS = 0.5    # below this budget, cotengra's trials are not worth starting
 HYPER_CHUNK_SECONDS = 0.25  # cotengra runs this long between checks of the budget
 # one of its trials' assumed time per tensor before the first has been timed (a kahypar

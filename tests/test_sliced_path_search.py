@@ -153,3 +153,21 @@ def test_cotengra_s_own_slicing_is_kept_where_it_fits_the_workspace(cache_dir, m
                                                     int(budget * f) // 8)
                   for f in sliced_path_search.TARGET_FRACTIONS]
     assert (p, set(plan.labels)) in [(q, set(s)) for q, s in candidates]
+
+
+def test_path_time_bounds_the_unsliced_and_the_sliced_search_together(cache_dir):
+    # under memory_limit the unsliced search gets half of path_time, and the search with
+    # the slices what it left: each had all of it (a 5x8 lattice at 1/4 of its peak took
+    # 1.7x and 2.0x budgets of 1 and 2 s)
+    eq, shapes = _network(5, 6, 8)
+    _, peak = _unsliced_path(eq, shapes)
+    g = network_graph(eq, 8)
+    plan = go.compile(g, cache=False, threads=1, memory_limit=peak // 16, path_time=0.2)
+    (group,) = plan.report["contraction"].details["groups"]
+    assert group["search"]["budget_seconds"] == pytest.approx(0.1)
+    (rec,) = plan.report["slicing"].details["sliced"]
+    left = 0.2 - group["search"]["seconds"]
+    assert rec["path_search"]["budget_seconds"] == pytest.approx(left, abs=1e-3)
+    # without a limit, the unsliced search has all of it
+    free = go.compile(g, cache=False, threads=1, path_time=0.2)
+    assert free.report["contraction"].details["groups"][0]["search"]["budget_seconds"] == 0.2

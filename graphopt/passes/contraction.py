@@ -134,10 +134,15 @@ def _size(elements: int, itemsize: int) -> dict:
 
 
 def _unconstrained(fn, m: Merged, ctx) -> tuple[Steps | None, dict | None]:
-    """The chosen search's path without a memory limit, and the anytime search's record."""
+    """The chosen search's path without a memory limit, and the anytime search's record.
+    Under ``memory_limit`` the anytime search gets ``LIMITED_UNSLICED_SHARE`` of a
+    ``path_time`` the user set: a group that must be sliced is searched again with its
+    slices (the slicing pass), within what this search left."""
     if fn is ANYTIME and len(m.terms) > 2:
-        return path_search.find_path(m.terms, m.output, m.sizes,
-                                     time_budget=ctx.options.get("path_time"),
+        budget = ctx.options.get("path_time")
+        if budget is not None and ctx.memory_limit is not None:
+            budget = budget * search_budget.LIMITED_UNSLICED_SHARE
+        return path_search.find_path(m.terms, m.output, m.sizes, time_budget=budget,
                                      cache=ctx.options.get("path_cache", True))
     return search(fn, m, None), None
 
@@ -269,6 +274,7 @@ def contraction(G: nx.MultiDiGraph, ctx) -> PassResult:
         rd = G.nodes[root]
         operands = [replaced.get(u, u) for u in m.operands]
         one_node = rec["decision"] == "needs slicing" or ctx.whole_contraction
+        spent = rec.get("search", {}).get("seconds", 0.0)
         # (``merge`` read a group of one einsum's operands from ``G``: ``m.operands``)
         if one_node and group == [root] and operands == m.operands:
             # one einsum stays one node, now with its path: the node itself is kept (its
@@ -278,12 +284,14 @@ def contraction(G: nx.MultiDiGraph, ctx) -> PassResult:
             rec["node"] = root
             rec["emitted"] = "one node along the path"
             replaced[root] = root
+            ctx.path_seconds[root] = spent
             continue
         if one_node:
             new = ir.add_op(H, "einsum", operands, {"equation": m.equation, "path": steps.path},
                             src=rd["src"])
             rec["node"] = new
             rec["emitted"] = "one node along the path"
+            ctx.path_seconds[new] = spent
         else:
             new = _emit_pairwise(H, m, steps, operands, rd["src"])
         nd = H.nodes[new]

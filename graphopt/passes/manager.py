@@ -68,6 +68,10 @@ class PassContext:
     # ``cost.graph_flops`` of this compile's graphs, by identity (each graph held with its
     # count, so no id is reused): the contraction pass and the report count the same ones
     counted_flops: dict = field(default_factory=dict, repr=False)
+    # Seconds the contraction pass's path search spent on each group it kept as one node
+    # (by node id): the slicing pass's search of that node with its slices gets what is
+    # left of ``path_time`` (``search_budget.LIMITED_UNSLICED_SHARE``)
+    path_seconds: dict = field(default_factory=dict, repr=False)
 
 
 _log = logging.getLogger(__name__)

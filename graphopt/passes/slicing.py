@@ -87,14 +87,17 @@ def held_around(G: nx.MultiDiGraph, n: int) -> int:
     return sum(ir.nbytes(G, u) for u in held)
 
 
-def _slice_node(G, n, limit: int, optimize, budget: int = 1, options=None) -> dict | None:
+def _slice_node(G, n, limit: int, optimize, budget: int = 1, options=None,
+                spent: float = 0.0) -> dict | None:
     """The slicing record of node ``n`` (None where its path already runs within its share
     of ``limit``; see the module docstring).
 
     With a thread ``budget`` above 1 it also cuts slices for ``budget`` at once and keeps
     them where they cost at most ``PARALLEL_FLOP_OVERHEAD`` times the FLOPs;
     ``slice_workers`` is how many slices may run at once within the share. ``options``:
-    the compile's, for ``path_time`` and ``path_cache`` (the sliced path search's)."""
+    the compile's, for ``path_time`` and ``path_cache`` (the sliced path search's, which
+    gets what is left of ``path_time`` after the ``spent`` seconds of the contraction pass's
+    search of this node)."""
     options = options or {}
     d = G.nodes[n]
     eq, dtype = d["attrs"]["equation"], d["dtype"]
@@ -128,10 +131,12 @@ def _slice_node(G, n, limit: int, optimize, budget: int = 1, options=None) -> di
             found, refusal = fit_slices(eq, shapes, path, dtype, share, optimize, 1, dtypes), None
         except GraphError as e:
             found, refusal = None, e
+        path_time = options.get("path_time")
         try:
             new_path, plan, _, searched = search_sliced_path(
                 eq, shapes, dtype, share, path, found, 1, dtypes,
-                time_budget=options.get("path_time"), cache=options.get("path_cache", True))
+                time_budget=None if path_time is None else max(0.0, path_time - spent),
+                cache=options.get("path_cache", True))
         except GraphError:
             raise refusal from None
     except GraphError as e:
@@ -188,7 +193,8 @@ def slicing(G: nx.MultiDiGraph, ctx) -> PassResult:
     if limit is not None:
         budget = threads.budget_for(ctx.options.get("threads"), local=False)[0]
         for n in candidates:
-            rec = _slice_node(G, n, int(limit), ctx.optimize, budget, ctx.options)
+            rec = _slice_node(G, n, int(limit), ctx.optimize, budget, ctx.options,
+                              ctx.path_seconds.get(n, 0.0))
             if rec is None:
                 continue
             attrs = dict(H.nodes[n]["attrs"], path=[tuple(p) for p in rec["path"]])
