@@ -313,3 +313,22 @@ def test_gradients_of_an_mlp_loss_on_the_cluster(client):
     assert_grad_correct(g, wrt=["w", "b"], backends=("dask",), opt_levels=(2,),
                         compile_options=dict(chunks=4, client=client, block_kernel="numpy",
                                              progress=False))
+
+
+def test_a_ragged_slice_task_takes_the_full_slice_s_arena_layout():
+    # a slice task's program for a ragged slice takes the full slice's arena and offsets
+    # (as sliced_contract's slices do), so it holds no more than the full slice counted
+    from graphopt.backends.dask_graph.lowering import _contract_slice
+    from graphopt.contraction_program import PathContraction
+
+    eq, path = "ab,bc,cd->ad", [(0, 1), (0, 1)]
+    rng = np.random.default_rng(0)
+    a, b, c = (rng.standard_normal(s) for s in [(6, 40), (40, 40), (40, 21)])
+    full = [(6, 40), (40, 40), (40, 9)]         # d sliced in blocks of 9: 21 = 9 + 9 + 3
+    ragged = [a, b, c[:, 18:]]                  # the last slice's views
+    contract = PathContraction(eq, path)
+    got = _contract_slice(contract, full, *ragged)
+    np.testing.assert_allclose(got, np.einsum(eq, *ragged), rtol=1e-12)
+    programs = {id(p): p for p in contract._programs.values()}
+    assert len(programs) == 2         # the full slice's, planned for its layout, and its own
+    assert len({p.arena_bytes for p in programs.values()}) == 1

@@ -27,7 +27,7 @@ from ...einsum import split as split_equation
 from ...einsum import to_ascii
 from ...errors import GraphError
 from ...paths import default_path, label_sizes, play_path
-from ...sliced_contraction import slice_index, slice_ranges
+from ...sliced_contraction import full_slice_shapes, slice_index, slice_ranges
 
 
 @dataclass
@@ -198,6 +198,13 @@ def lower_einsum(attrs: dict, args: list, opts: Options, log: StepLog):
     return current[0]
 
 
+def _contract_slice(contract: PathContraction, full: list, *arrays):
+    """One slice task: ``contract`` of the slice's operands; a ragged slice's program takes
+    the full slice's arena layout (``full``: its operand shapes), as ``sliced_contract``'s
+    do, so that it holds no more than the full slice the workspace counts."""
+    return contract.run(list(arrays), None, None, full)
+
+
 def _sum_blocks(*parts):
     out = np.array(parts[0], copy=True)
     for p in parts[1:]:
@@ -219,6 +226,7 @@ def sliced_einsum(equation: str, path, slices, args: list, opts: Options, log: S
     name, part_name, sum_name = (f"sliced-einsum-{token}", f"slice-{token}",
                                  f"slice-sum-{token}")
     contract = PathContraction(equation, path)
+    full = full_slice_shapes(terms, [a.shape for a in args], dict(slices))
     views: dict = {}
 
     def view(k, where):
@@ -237,7 +245,8 @@ def sliced_einsum(equation: str, path, slices, args: list, opts: Options, log: S
             where = {**region, **{c: ranges[c][i] for c, i in zip(inner, ii)}}
             subs = [view(k, where) for k in range(len(args))]
             key = (part_name, *oi, *ii)
-            layer[key] = (contract, *[(s.name,) + (0,) * s.ndim for s in subs])
+            layer[key] = (_contract_slice, contract, full,
+                          *[(s.name,) + (0,) * s.ndim for s in subs])
             keys.append(key)
         level = 0
         while len(keys) > 1:
