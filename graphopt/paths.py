@@ -176,27 +176,25 @@ def left_to_right_cost(terms: Sequence[str], output: str, sizes: dict) -> tuple[
     size = sizes.__getitem__
     n = len(terms)
     # the accumulated term holds a label from its first term until its last one (to the end
-    # where the output has it): each label is born once and dies once
-    first, last = {}, {}
-    for k, t in enumerate(terms):
-        for c in t:
-            if c not in first:
-                first[c] = k
-            last[c] = k
-    born: list[list] = [[] for _ in range(n)]
+    # where the output has it): each label is born once and dies once; per step, the
+    # product of the sizes born and of those summed away (at step 1 at the earliest)
+    last = {c: k for k, t in enumerate(terms) for c in t}
+    first = {c: k for k, t in zip(range(n - 1, -1, -1), reversed(terms)) for c in t}
+    born = [1] * n
     for c, k in first.items():
-        born[k].append(c)
-    dies: list[list] = [[] for _ in range(n)]    # summed away by step k (the first is 1)
-    out = set(output)
+        born[k] *= size(c)
+    for c in output:
+        last.pop(c, None)
+    dies, sums = [1] * n, [False] * n     # (a label of size 1 is summed away too)
     for c, k in last.items():
-        if c not in out:
-            dies[max(k, 1)].append(c)
-    acc_elems = math.prod(map(size, born[0]))
+        dies[k or 1] *= size(c)
+        sums[k or 1] = True
+    acc_elems = born[0]
     flops, largest, write = 0, 0, 0
     for k in range(1, n):
-        union_elems = acc_elems * math.prod(map(size, born[k])) if born[k] else acc_elems
-        if dies[k]:
-            acc_elems = union_elems // math.prod(map(size, dies[k]))
+        union_elems = acc_elems * born[k]
+        if sums[k]:
+            acc_elems = union_elems // dies[k]
             flops += 2 * union_elems
         else:
             acc_elems = union_elems
