@@ -14,11 +14,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import einsum as einsum_mod
-from .einsum_matmul import einsum_matmul_bytes, host_matmul, operand_to_copy
-
-# The dtypes BLAS multiplies: a GEMM in another dtype (integers, bool, float16) has its
-# product run by np.einsum's loops (``einsum_matmul``).
-BLAS_DTYPES = frozenset({"float32", "float64", "complex64", "complex128"})
+from .einsum_matmul import (  # BLAS_DTYPES: the dtypes BLAS multiplies (a GEMM in another,
+    BLAS_DTYPES,  # noqa: F401    integers, bool or float16, has np.einsum's product)
+    einsum_matmul_bytes,
+    host_matmul,
+    operand_to_copy,
+)
 
 
 @dataclass(frozen=True)
