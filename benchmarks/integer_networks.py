@@ -27,7 +27,7 @@ import functools
 import sys
 import time
 
-from .networks import _median_call, run_rows
+from .networks import _median_call, run_rows, symbol_equation
 from .run import main_per_mode
 
 INSTANCES = {
@@ -41,19 +41,12 @@ INSTANCES = {
 def _equation(name):
     """``(equation, shapes)`` of instance ``name`` (opt_einsum symbols)."""
     import cotengra as ctg
-    import opt_einsum as oe
 
     make, arg, bond = INSTANCES[name]
     extra = (3,) if make == "randreg_equation" else ()
     inputs, output, shapes, _ = getattr(ctg.utils, make)(arg, *extra, d_min=bond,
                                                          d_max=bond, seed=0)
-    symbols: dict = {}
-
-    def sym(ix):
-        return symbols.setdefault(ix, oe.get_symbol(len(symbols)))
-
-    eq = ",".join("".join(map(sym, t)) for t in inputs) + "->" + "".join(map(sym, output))
-    return eq, [tuple(s) for s in shapes]
+    return symbol_equation(inputs, output), [tuple(s) for s in shapes]
 
 
 def measure(name: str, dtype: str) -> dict:

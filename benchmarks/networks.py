@@ -154,6 +154,19 @@ def _terms(eq):
     return ins.split(","), out
 
 
+def symbol_equation(inputs, output) -> str:
+    """A generator's ``inputs`` and ``output`` (sequences of index names) as an equation in
+    opt_einsum's symbols, named in order of first use."""
+    import opt_einsum as oe
+
+    symbols: dict = {}
+
+    def sym(ix):
+        return symbols.setdefault(ix, oe.get_symbol(len(symbols)))
+
+    return ",".join("".join(map(sym, t)) for t in inputs) + "->" + "".join(map(sym, output))
+
+
 def _cotengra_path(eq, sizes, budget):
     import cotengra as ctg
 

@@ -30,7 +30,7 @@ import sys
 import time
 import warnings
 
-from .networks import _median_call, _random_arrays, _terms, run_rows
+from .networks import _median_call, _random_arrays, _terms, run_rows, symbol_equation
 from .run import main_per_mode
 
 
@@ -54,17 +54,9 @@ INSTANCES = {
 
 def _equation(name):
     """``(equation, shapes)`` of instance ``name`` (opt_einsum symbols)."""
-    import opt_einsum as oe
-
     make, *args = INSTANCES[name]
     inputs, output, shapes, _ = make(*args)
-    symbols: dict = {}
-
-    def sym(ix):
-        return symbols.setdefault(ix, oe.get_symbol(len(symbols)))
-
-    eq = ",".join("".join(map(sym, t)) for t in inputs) + "->" + "".join(map(sym, output))
-    return eq, [tuple(s) for s in shapes]
+    return symbol_equation(inputs, output), [tuple(s) for s in shapes]
 
 
 def measure(name: str, fraction: int) -> dict:

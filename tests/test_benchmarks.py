@@ -13,6 +13,13 @@ sys.path.insert(0, str(ROOT))
 from benchmarks import run  # noqa: E402
 
 
+def _results(main, args, tmp_path):
+    """What benchmark ``main`` wrote with ``--json``, after it returned 0."""
+    out = tmp_path / "results.json"
+    assert main([*args, "--json", str(out)]) == 0
+    return json.loads(out.read_text())
+
+
 def test_quick_run_checks_every_peer_against_numpy(tmp_path, capsys):
     out = tmp_path / "bench.json"
     assert run.main(["--quick", "--workloads", "small,chain,elementwise", "--peers",
@@ -85,10 +92,8 @@ def test_memory_benchmark_sets_the_measured_peak_beside_the_prediction(tmp_path)
     pytest.importorskip("cotengra")
     from benchmarks import memory
 
-    out = tmp_path / "memory.json"
-    assert memory.main(["--mode", "default", "--instances", "lattice", "--fractions", "0.25",
-                        "--json", str(out)]) == 0
-    rows = json.loads(out.read_text())
+    rows = _results(memory.main, ["--mode", "default", "--instances", "lattice",
+                                  "--fractions", "0.25"], tmp_path)
     assert [r["fraction"] for r in rows] == [None, 0.25]
     assert rows[1]["limit"] == int(rows[0]["predicted"] * 0.25) and rows[1]["slices"] > 1
     for r in rows:   # a 10x10 lattice: arrays, not Python objects, dominate
@@ -102,10 +107,8 @@ def test_sliced_networks_benchmark_runs_within_the_limit_and_checks_results(tmp_
     pytest.importorskip("cotengra")
     from benchmarks import sliced_networks
 
-    out = tmp_path / "sliced.json"
-    assert sliced_networks.main(["--mode", "default", "--instances", "lattice5x6",
-                                 "--fractions", "16", "--json", str(out)]) == 0
-    (row,) = json.loads(out.read_text())
+    (row,) = _results(sliced_networks.main, ["--mode", "default", "--instances",
+                                             "lattice5x6", "--fractions", "16"], tmp_path)
     assert row["slices"] > 1 and row["measured_peak"] <= row["limit"], row
     assert row["max_rel_diff"] < 1e-12 and row["cotengra_max_rel_diff"] < 1e-12, row
     # the path searched with its slices costs fewer FLOPs than slicing the unsliced one
@@ -117,10 +120,8 @@ def test_integer_networks_benchmark_checks_results_and_peaks(tmp_path):
     pytest.importorskip("cotengra")
     from benchmarks import integer_networks
 
-    out = tmp_path / "ints.json"
-    assert integer_networks.main(["--mode", "default", "--instances", "randreg30",
-                                  "--dtypes", "int32", "--json", str(out)]) == 0
-    (row,) = json.loads(out.read_text())
+    (row,) = _results(integer_networks.main, ["--mode", "default", "--instances",
+                                              "randreg30", "--dtypes", "int32"], tmp_path)
     assert row["exact"] and row["numpy_ms"] > 0 and row["opt_einsum_ms"] > 0, row
     assert abs(row["measured_peak"] / row["predicted_peak"] - 1) <= 0.1, row
     assert "| randreg30 (30 tensors) | int32 |" in integer_networks.table([row])
