@@ -210,7 +210,9 @@ def path_flops(equation: str, sizes: dict, path=None) -> int:
     terms, output = split_equation(equation)
     if not path:
         return left_to_right_cost(terms, output, sizes)[0]
-    return play(terms, output, sizes, path).flops
+    # (counted as ``play`` counts, without its list of steps: a network's FLOP count
+    # follows its path search, which counted the same path)
+    return _counted(tuple(terms), output, tuple(map(tuple, path)), tuple(sizes.items()))[0]
 
 
 def label_sizes(equation: str, shapes) -> dict[str, int]:
