@@ -22,13 +22,10 @@ once at the libraries' defaults, each in a child process (as ``benchmarks.run``)
 
 from __future__ import annotations
 
-import argparse
-import functools
 import sys
 import time
 
-from .networks import _median_call, run_rows, symbol_equation
-from .run import main_per_mode
+from .networks import _median_call, grid_main, symbol_equation
 
 INSTANCES = {
     "lattice6x6": ("lattice_equation", [6, 6], 4),
@@ -100,27 +97,11 @@ def table(rows: list[dict]) -> str:
     return "\n".join(out)
 
 
-def _run(args) -> list[dict]:
-    return run_rows(({"instance": name, "dtype": dtype, "tensors": 0},
-                     functools.partial(measure, name, dtype))
-                    for name in args.instances for dtype in args.dtypes)
-
-
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m benchmarks.integer_networks",
-                                description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--instances", default=",".join(INSTANCES))
-    p.add_argument("--dtypes", default="int64,int32")
-    p.add_argument("--mode", choices=("both", "pinned", "default"), default="both")
-    p.add_argument("--json", default=None)
-    args = p.parse_args(argv)
-    args.instances = args.instances.split(",")
-    args.dtypes = args.dtypes.split(",")
-    return main_per_mode("benchmarks.integer_networks", args.mode,
-                         ["--instances", ",".join(args.instances), "--dtypes",
-                          ",".join(args.dtypes)],
-                         lambda: _run(args), table, args.json)
+    return grid_main("benchmarks.integer_networks", __doc__, argv, INSTANCES, "dtypes",
+                     "int64,int32", str, measure,
+                     lambda name, dtype: {"instance": name, "dtype": dtype, "tensors": 0},
+                     table)
 
 
 if __name__ == "__main__":

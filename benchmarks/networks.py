@@ -307,6 +307,28 @@ def run_rows(jobs) -> list[dict]:
     return rows
 
 
+def grid_main(module: str, doc: str, argv, instances, axis: str, default: str, parse,
+              measure, stub, table) -> int:
+    """``main`` of a benchmark over ``--instances`` x ``--<axis>`` (comma-separated; ``parse``
+    reads one ``axis`` item): a row per pair, ``measure(instance, item)``, or ``stub(instance,
+    item)`` marked skipped where a package it needs is missing (``run_rows``); ``--mode``
+    and ``--json`` as ``main_per_mode`` takes them."""
+    p = argparse.ArgumentParser(prog=f"python -m {module}", description=doc,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--instances", default=",".join(instances))
+    p.add_argument(f"--{axis}", default=default)
+    p.add_argument("--mode", choices=("both", "pinned", "default"), default="both")
+    p.add_argument("--json", default=None)
+    args = p.parse_args(argv)
+    names = args.instances.split(",")
+    items = [parse(x) for x in getattr(args, axis).split(",")]
+    return main_per_mode(module, args.mode,
+                         ["--instances", ",".join(names), f"--{axis}", ",".join(map(str, items))],
+                         lambda: run_rows((stub(n, x), functools.partial(measure, n, x))
+                                          for n in names for x in items),
+                         table, args.json)
+
+
 def _run(args) -> list[dict]:
     return run_rows(({"instance": name}, functools.partial(measure, name, args.budget))
                     for name in args.instances)

@@ -24,14 +24,11 @@ once at the libraries' defaults, each in a child process (as ``benchmarks.run``)
 
 from __future__ import annotations
 
-import argparse
-import functools
 import sys
 import time
 import warnings
 
-from .networks import _median_call, _random_arrays, _terms, run_rows, symbol_equation
-from .run import main_per_mode
+from .networks import _median_call, _random_arrays, _terms, grid_main, symbol_equation
 
 
 def _lattice(rows, cols, bond):
@@ -132,27 +129,12 @@ def table(rows: list[dict]) -> str:
     return "\n".join(out)
 
 
-def _run(args) -> list[dict]:
-    return run_rows(({"instance": name, "tensors": 0, "fraction": f"1/{fraction}"},
-                     functools.partial(measure, name, fraction))
-                    for name in args.instances for fraction in args.fractions)
-
-
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m benchmarks.sliced_networks",
-                                description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--instances", default=",".join(INSTANCES))
-    p.add_argument("--fractions", default="4,16", help="limits: the unsliced peak over each")
-    p.add_argument("--mode", choices=("both", "pinned", "default"), default="both")
-    p.add_argument("--json", default=None)
-    args = p.parse_args(argv)
-    args.instances = args.instances.split(",")
-    args.fractions = [int(f) for f in args.fractions.split(",")]
-    return main_per_mode("benchmarks.sliced_networks", args.mode,
-                         ["--instances", ",".join(args.instances), "--fractions",
-                          ",".join(map(str, args.fractions))],
-                         lambda: _run(args), table, args.json)
+    return grid_main("benchmarks.sliced_networks", __doc__, argv, INSTANCES, "fractions",
+                     "4,16", int, measure,
+                     lambda name, fraction: {"instance": name, "tensors": 0,
+                                             "fraction": f"1/{fraction}"},
+                     table)
 
 
 if __name__ == "__main__":
