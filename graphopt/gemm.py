@@ -215,16 +215,10 @@ def _reduced_strides(shape, strides, drop) -> tuple[tuple, tuple]:
     return new_shape, tuple(out)
 
 
-def reshape_is_view(shape, strides, perm, new_shape) -> bool:
-    """Whether ``a.transpose(perm).reshape(new_shape)`` is a view (else NumPy copies) for
-    ``a`` of ``shape`` and element ``strides``: NumPy's own rule (``_attempt_nocopy_reshape``
-    for C order), on the shapes alone."""
-    return reshaped_strides(shape, strides, perm, new_shape) is not None
-
-
 def reshaped_strides(shape, strides, perm, new_shape) -> tuple | None:
-    """The element strides of ``a.transpose(perm).reshape(new_shape)`` where that is a view
-    (``reshape_is_view``), else None: NumPy's ``_attempt_nocopy_reshape`` for C order."""
+    """The element strides of ``a.transpose(perm).reshape(new_shape)`` for ``a`` of
+    ``shape`` and element ``strides`` where that is a view, else None (NumPy copies):
+    NumPy's own rule (``_attempt_nocopy_reshape`` for C order), on the shapes alone."""
     if 0 in shape:
         return c_strides(new_shape)
     old = [(shape[i], strides[i]) for i in perm if shape[i] != 1]

@@ -46,6 +46,8 @@ EINSUM_GEMM_FLOPS = 3e9
 COPY_BYTES = 20e9
 GEMM_OVERHEAD = 2.2e-6      # transposes, reshapes and the matmul call
 EINSUM_OVERHEAD = 2.0e-6    # np.einsum parses its equation on every call
+# The GEMM forms: BLAS's product, and ``einsum_matmul``'s in dtypes BLAS does not multiply
+GEMM_IMPLS = ("blas-gemm", "einsum-gemm")
 
 
 def einsum_kernel(G, n, opt_level: int, form: str = "auto") -> Kernel:
@@ -66,7 +68,7 @@ def einsum_kernel(G, n, opt_level: int, form: str = "auto") -> Kernel:
         if out is None:
             out = np.empty(d["shape"], d["dtype"])
         return run(args, out)
-    gemm = impl in ("blas-gemm", "einsum-gemm")
+    gemm = impl in GEMM_IMPLS
     return Kernel(f"einsum_{n}", fn, source, impl, node=n, details=details,
                   uses_threads=gemm, blas_only_threads=impl == "blas-gemm",
                   workspace_bytes=details["workspace_bytes"])
@@ -154,7 +156,7 @@ def contraction(eq: str, shapes, dtype: str, opt_level: int, form: str = "auto")
         details.update(contraction=impl, reason="fastest measured (opt_level 3)",
                        timings_ms={c: round(t * 1e3, 4) for c, t in timings.items()})
     itemsize = np.dtype(dtype).itemsize
-    if impl in ("blas-gemm", "einsum-gemm"):
+    if impl in GEMM_IMPLS:
         details["workspace_bytes"] = gemm_workspace_bytes(plan, shapes, itemsize,
                                                           impl == "blas-gemm")
     else:
@@ -168,7 +170,7 @@ def contraction(eq: str, shapes, dtype: str, opt_level: int, form: str = "auto")
 
 
 def _contraction_fn(impl: str, eq: str, dtype: str, p):
-    if impl in ("blas-gemm", "einsum-gemm"):
+    if impl in GEMM_IMPLS:
         def gemm(args, out):
             a, b = (x.astype(dtype, copy=False) for x in args)
             return run_gemm(np, p, a, b, out, threaded_matmul)
@@ -181,7 +183,7 @@ def _contraction_fn(impl: str, eq: str, dtype: str, p):
 
 
 def _contraction_source(impl: str, eq: str, p) -> str:
-    if impl not in ("blas-gemm", "einsum-gemm"):
+    if impl not in GEMM_IMPLS:
         return f"np.einsum({to_ascii(eq)!r}, *operands, out=out)"
     M, N = p.bmkn[1], p.bmkn[3]
     matmul = "np.matmul" if impl == "blas-gemm" else "einsum_matmul"

@@ -28,7 +28,7 @@ from .. import cost, ops, threads
 from ..errors import GraphError
 from ..kernel import Kernel
 from .base import Backend, register_backend
-from .cpu_contraction import contraction_with_epilogue, einsum_kernel
+from .cpu_contraction import GEMM_IMPLS, contraction_with_epilogue, einsum_kernel
 from .numpy_ref import reference_kernel
 from .tiled import tiled_kernel
 from .timing import median_seconds, sample_array
@@ -95,7 +95,7 @@ def _tiled_timing(G, n, ctx):
 # ``compile(..., kernel_forms={...})``: pin the form that timing or the cost model would
 # choose, per machine differently (tests run every form; a user can bisect a result).
 KERNEL_FORMS = {"fused": ("auto", "numba-fused", "numpy-blocked"),
-                "contraction": ("auto", "blas-gemm", "einsum-gemm", "numpy-einsum")}
+                "contraction": ("auto", *GEMM_IMPLS, "numpy-einsum")}
 
 
 def kernel_forms(options: dict) -> dict:
@@ -152,7 +152,7 @@ def fused_kernel(G, n, opt_level: int, fast_math: bool, forms=None) -> Kernel:
     parallel = bool(k.details.get("parallel"))
     blas = impl.startswith("blas-gemm")
     return Kernel(name, fn, source, impl, node=n, details=details,
-                  uses_threads=parallel or blas or impl.startswith("einsum-gemm"),
+                  uses_threads=parallel or impl.startswith(GEMM_IMPLS),
                   blas_only_threads=blas and not parallel,
                   workspace_bytes=details.get("workspace_bytes", 0))
 
