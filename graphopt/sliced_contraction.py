@@ -112,9 +112,9 @@ def contraction_workspace_bytes(equation: str, shapes, path, slices, blocks, dty
         peak = max(peak, contract.program(ragged, dtype, strides, sliced).peak_bytes(
             into_out=into_out))
     per_slice = peak + (slice_view_bytes(terms, shapes, block) if block else 0)
-    # the loop's objects (its list of the full slice's shapes is the kernel's, made at
-    # compile: ``sliced_contract(full_shapes=)``)
-    loop = slice_loop_bytes(sizes, block) if block else 0
+    # the loop's objects, and its list of the full slice's shapes (``sliced_contract``)
+    loop = slice_loop_bytes(sizes, block) + sys.getsizeof(sliced) + \
+        sum(map(sys.getsizeof, sliced)) if block else 0
     name = dtype.name               # a Python property in NumPy: ~1.5 us, once, not per operand
     casts = sum(math.prod(s) * dtype.itemsize for s, dt in zip(shapes, operand_dtypes or ())
                 if dt != name and np.dtype(dt) != dtype)
@@ -164,8 +164,7 @@ def operand_view(array, term: str, where: dict):
 
 
 def sliced_contract(equation: str, path, slices, arrays: Sequence[np.ndarray], out=None,
-                    blocks=None, workers: int = 1, matmul=None, contraction=None,
-                    full_shapes=None):
+                    blocks=None, workers: int = 1, matmul=None, contraction=None):
     """``einsum(equation, *arrays)`` along ``path``, looping over ``slices`` (labels) in
     ranges of ``blocks`` index values (default 1 per label: each value its own slice).
 
@@ -177,9 +176,7 @@ def sliced_contract(equation: str, path, slices, arrays: Sequence[np.ndarray], o
     worker sums its run of slices into a buffer of the result's size (``slice_workers``
     counts it), added up in worker order, so the result is the same on every call.
     ``matmul(a, b, c)`` runs the steps' GEMMs; ``contraction``: the ``PathContraction`` of
-    ``equation`` along ``path`` to run (default a shared one, which keeps no arenas);
-    ``full_shapes``: each operand's shape in a full slice (``full_slice_shapes``), where the
-    caller worked it out once (a kernel, at compile)."""
+    ``equation`` along ``path`` to run (default a shared one, which keeps no arenas)."""
     arrays = promote_operands(arrays)
     if path is None:
         path = default_path(equation, [a.shape for a in arrays])
@@ -207,8 +204,7 @@ def sliced_contract(equation: str, path, slices, arrays: Sequence[np.ndarray], o
     parts = _Combinations(inner, sizes)
 
     # a ragged slice's program takes the full slice's arena layout
-    full = full_shapes if full_shapes is not None else \
-        full_slice_shapes(terms, [a.shape for a in arrays], dict(pairs))
+    full = full_slice_shapes(terms, [a.shape for a in arrays], dict(pairs))
     with progress.activity(f"sliced contraction {equation!r}") as act:
         if act is not None:
             act.set_phase("slices", total=len(regions) * len(parts))

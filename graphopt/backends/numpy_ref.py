@@ -56,13 +56,8 @@ def sliced_kernel(G, n) -> Kernel:
     """An einsum with ``slices`` (or a multi-operand ``path``): run along its path, one slice
     at a time, so its intermediates stay within the memory limit the slicing pass met."""
     from ..contraction_program import PathContraction
-    from ..einsum import split
     from ..paths import default_path
-    from ..sliced_contraction import (
-        contraction_workspace_bytes,
-        full_slice_shapes,
-        sliced_contract,
-    )
+    from ..sliced_contraction import contraction_workspace_bytes, sliced_contract
 
     d = G.nodes[n]
     a = d["attrs"]
@@ -78,16 +73,11 @@ def sliced_kernel(G, n) -> Kernel:
                                             [G._node[u]["dtype"] for u in operands],
                                             contraction=program)
 
-    # a full slice's operand shapes, once (a ragged slice's program takes its layout)
-    full = full_slice_shapes(split(eq)[0], shapes, dict(zip(slices, blocks or [1] * len(
-        slices)))) if slices else None
-
     def fn(args, out):
         workers = min(most, threads.current_threads())
         # each step's GEMM is split over the call's threads (one each inside a worker)
         return sliced_contract(eq, program.path, slices, args, out=out, blocks=blocks,
-                               workers=workers, matmul=threaded_matmul, contraction=program,
-                               full_shapes=full)
+                               workers=workers, matmul=threaded_matmul, contraction=program)
 
     fn.__name__ = f"ref_sliced_einsum_{n}"
     src = (f"# reference: einsum {eq!r} along path {path}, sliced over {slices} "
