@@ -14,9 +14,11 @@ letters for the IR, after the implicit output has been ordered by the user's lab
 from __future__ import annotations
 
 import dataclasses
-import functools
 import itertools
 import math
+import re
+import threading
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -73,7 +75,6 @@ def abbreviate(equation: str, width: int = 80) -> str:
     return f"'{head}...->{out}' ({len(terms)} operands)"
 
 
-_SYNTAX = frozenset(",->.")
 _LABELS: list[str] = []
 
 
@@ -94,11 +95,18 @@ def is_ir_label(c: str) -> bool:
     return c.isalpha() and not 0xD800 <= ord(c) < 0xE000
 
 
-def _check_label(c: str, where: str) -> None:
-    if c in _SYNTAX or c.isspace() or 0xD800 <= ord(c) < 0xE000:
-        raise EinsumError(f"invalid index label {c!r} in {where}: a label is any character "
-                          "but ',', '-', '>', '.' and whitespace ('...', ',' and '->' are "
-                          "syntax)")
+# What no label may be: the syntax characters, whitespace (``str.isspace``'s, as ``\s``
+# matches in a str pattern) and surrogates, which no string of labels can encode
+_NOT_A_LABEL = re.compile("[,\\->.\\s\ud800-\udfff]")
+
+
+def _check_labels(body: str, where) -> None:
+    """``EinsumError`` naming the first character of ``body`` that is no label."""
+    bad = _NOT_A_LABEL.search(body)
+    if bad:
+        raise EinsumError(f"invalid index label {bad.group()!r} in {where}: a label is any "
+                          "character but ',', '-', '>', '.' and whitespace ('...', ',' and "
+                          "'->' are syntax)")
 
 
 def _letters_for(labels: set) -> dict[str, str]:
@@ -125,13 +133,29 @@ def parse(equation: str, shapes: Sequence[Sequence[int]]) -> EinsumSpec:
     ``_parse``; the IR verifier asks again after every pass, so answers are memoized)."""
     if not isinstance(equation, str):
         raise EinsumError(f"equation must be a str, got {type(equation).__name__}")
-    spec = _parse_memo(equation, tuple(tuple(int(d) for d in s) for s in shapes))
+    # (a dim NumPy gives as np.int64 hashes and compares as its int: ``_parse`` converts)
+    key = (equation, tuple(map(tuple, shapes)))
+    with _specs_lock:
+        spec = _SPECS.get(key)
+        if spec is not None:
+            _SPECS.move_to_end(key)
+    if spec is None:
+        spec = _parse(*key)
+        with _specs_lock:
+            _SPECS[key] = spec
+            # where no operand broadcasts, the IR form parses to this same spec, and the
+            # builder's inference asks it next: a network's equation of hundreds of
+            # operands in opt_einsum's symbols is not parsed twice as it is built
+            if spec.equation != equation and all(b is None for b in spec.broadcast):
+                _SPECS[(spec.equation, key[1])] = spec
+            while len(_SPECS) > SPEC_MEMO_ENTRIES:
+                _SPECS.popitem(last=False)
     return dataclasses.replace(spec, sizes=dict(spec.sizes))
 
 
-@functools.lru_cache(maxsize=4096)
-def _parse_memo(equation: str, shapes: tuple) -> EinsumSpec:
-    return _parse(equation, shapes)
+SPEC_MEMO_ENTRIES = 4096
+_SPECS: OrderedDict = OrderedDict()     # (equation, shapes) -> EinsumSpec, least recent first
+_specs_lock = threading.Lock()
 
 
 def _parse(equation: str, shapes: Sequence[Sequence[int]]) -> EinsumSpec:
@@ -147,8 +171,8 @@ def _parse(equation: str, shapes: Sequence[Sequence[int]]) -> EinsumSpec:
     if not isinstance(equation, str):
         raise EinsumError(f"equation must be a str, got {type(equation).__name__}")
     eq = "".join(equation.split())   # whitespace is no label: drop it, as opt_einsum drops spaces
-    shapes = [tuple(int(d) for d in s) for s in shapes]
-    where = f"equation {equation!r} with operand shapes {shapes}"
+    shapes = [tuple(map(int, s)) for s in shapes]
+    where = _Where(equation, shapes)
     if eq.count("->") > 1:
         raise EinsumError(f"more than one '->' in {where}")
     lhs, rhs = eq.split("->") if "->" in eq else (eq, None)
@@ -161,28 +185,42 @@ def _parse(equation: str, shapes: Sequence[Sequence[int]]) -> EinsumSpec:
     out = _output_term(terms, rhs, expanded, ell, where)
     rename = _letters_for(set(sizes))
     if rename:
-        expanded = ["".join(rename.get(c, c) for c in t) for t in expanded]
-        out = "".join(rename.get(c, c) for c in out)
+        table = str.maketrans(rename)
+        expanded = [t.translate(table) for t in expanded]
+        out = out.translate(table)
         sizes = {rename.get(c, c): s for c, s in sizes.items()}
     broadcast = []
     for t, s in zip(expanded, shapes):
-        full = tuple(sizes[c] for c in t)
+        full = tuple(map(sizes.__getitem__, t))
         broadcast.append(full if full != s else None)
     return EinsumSpec(tuple(expanded), out, sizes, tuple(broadcast))
 
 
-def _check_terms(terms: list[str], where: str) -> None:
+class _Where:
+    """``equation ... with operand shapes ...`` for an error message (the ``where`` the
+    checks below take), formatted only where one is raised: a network's hundreds of shapes
+    are not written out at every parse."""
+
+    __slots__ = ("equation", "shapes")
+
+    def __init__(self, equation: str, shapes):
+        self.equation, self.shapes = equation, shapes
+
+    def __str__(self) -> str:
+        return f"equation {self.equation!r} with operand shapes {self.shapes}"
+
+
+def _check_terms(terms: list[str], where) -> None:
     for t in terms:
         body = t.replace("...", "")
         if "." in body:
             raise EinsumError(f"stray '.' (only '...' is allowed) in {where}")
         if t.count("...") > 1:
             raise EinsumError(f"more than one '...' in a term of {where}")
-        for c in body:
-            _check_label(c, where)
+        _check_labels(body, where)
 
 
-def _expand_ellipses(terms, shapes, used: set, where: str) -> tuple[list[str], list[str]]:
+def _expand_ellipses(terms, shapes, used: set, where) -> tuple[list[str], list[str]]:
     """Terms with each ``...`` replaced by fresh labels, right-aligned as NumPy broadcasting
     aligns them; and the labels of the widest ellipsis."""
     ell_ranks = []
@@ -205,19 +243,21 @@ def _expand_ellipses(terms, shapes, used: set, where: str) -> tuple[list[str], l
     return expanded, ell
 
 
-def _sizes_of_labels(expanded, shapes, where: str) -> dict[str, int]:
+def _sizes_of_labels(expanded, shapes, where) -> dict[str, int]:
     """Each label's size; a size-1 dim broadcasts against a larger one, as in NumPy."""
     sizes: dict[str, int] = {}
+    setdefault = sizes.setdefault
     for t, s in zip(expanded, shapes):
         for c, d in zip(t, s):
-            if c in sizes and sizes[c] != d:
-                if sizes[c] == 1:
+            e = setdefault(c, d)
+            if e != d:
+                if e == 1:
                     sizes[c] = d
                 elif d != 1:
-                    raise EinsumError(f"label {c!r} has size {sizes[c]} and {d} in {where}")
-            else:
-                sizes.setdefault(c, d)
+                    raise EinsumError(f"label {c!r} has size {e} and {d} in {where}")
     for t, s in zip(expanded, shapes):
+        if len(set(t)) == len(t):
+            continue
         for c, d in zip(t, s):
             if t.count(c) > 1 and d != sizes[c]:
                 raise EinsumError(f"repeated label {c!r} in term {t!r} has sizes that differ "
@@ -225,7 +265,7 @@ def _sizes_of_labels(expanded, shapes, where: str) -> dict[str, int]:
     return sizes
 
 
-def _output_term(terms, rhs, expanded, ell, where: str) -> str:
+def _output_term(terms, rhs, expanded, ell, where) -> str:
     if rhs is None:
         counts: dict[str, int] = {}
         for t in terms:

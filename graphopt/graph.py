@@ -49,12 +49,12 @@ class Graph:
         if name in self._names:
             raise InputError(f"duplicate input name {name!r}", op="input", src=src)
         try:
-            shape = tuple(operator.index(d) for d in
-                          ((shape,) if isinstance(shape, (int, np.integer)) else shape))
+            shape = tuple(map(operator.index,
+                              (shape,) if isinstance(shape, (int, np.integer)) else shape))
         except (TypeError, ValueError):
             raise ShapeError(f"input {name!r} shape {shape!r} is not a tuple of ints",
                              op="input", src=src) from None
-        if any(d < 0 for d in shape):
+        if shape and min(shape) < 0:
             raise ShapeError(f"input {name!r} has a negative dimension in {shape}", op="input",
                              src=src)
         try:

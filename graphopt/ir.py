@@ -44,10 +44,10 @@ def add_node(G: nx.MultiDiGraph, op: str, operands: Iterable[int], shape, dtype,
     while nid in G:
         nid += 1
     G.graph["next_id"] = nid + 1
-    G.add_node(nid, op=op, shape=tuple(int(d) for d in shape), dtype=ops.canonical_dtype(dtype),
+    G.add_node(nid, op=op, shape=tuple(map(int, shape)), dtype=ops.canonical_dtype(dtype),
                attrs=dict(attrs or {}), src=src)
     if name is not None:
-        G.nodes[nid]["name"] = name
+        G._node[nid]["name"] = name
     for k, u in enumerate(operands):
         G.add_edge(u, nid, arg=k)
     return nid

@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import inspect
 import threading
+import weakref
 from collections import OrderedDict
 
 import numpy as np
@@ -136,7 +137,10 @@ def _tensorize(g: Graph, out):
     return g.const(out)
 
 
-_contract_plans: OrderedDict = OrderedDict()
+# go.contract's plans by (equation, shapes, dtypes, options): weak, so that the compile
+# cache's bounds (``compiler.CACHE_ENTRIES`` and its arena bytes) are theirs, and
+# ``compiler.clear_cache`` or ``cache=False`` leaves none kept here
+_contract_plans: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
 _contract_lock = threading.Lock()
 
 
@@ -160,7 +164,7 @@ def contract(eq, *arrays, out=None, **compile_kwargs):
         raise GraphError("go.contract(optimize=False): graphopt always orders a contraction; "
                          "pass optimize='auto' (or a path search name)", op="einsum")
     arrays = [x if _is_array(x) else np.asarray(x) for x in arrays]
-    key = (eq, tuple((tuple(a.shape), np.dtype(a.dtype).name) for a in arrays),
+    key = (eq, tuple([(tuple(a.shape), np.dtype(a.dtype)) for a in arrays]),
            tuple(sorted((k, repr(v)) for k, v in compile_kwargs.items())))
     with _contract_lock:
         plan = _contract_plans.get(key)
@@ -168,13 +172,11 @@ def contract(eq, *arrays, out=None, **compile_kwargs):
         from .compiler import compile
 
         g = Graph("contract")
-        ts = [g.input(f"x{i}", a.shape, np.dtype(a.dtype).name) for i, a in enumerate(arrays)]
+        ts = [g.input(f"x{i}", a.shape, a.dtype) for i, a in enumerate(arrays)]
         g.output(einsum(eq, *ts))
         plan = compile(g, **compile_kwargs)
         with _contract_lock:
             _contract_plans[key] = plan
-            while len(_contract_plans) > 256:
-                _contract_plans.popitem(last=False)
     result = plan(*arrays)
     return result if out is None else _into(out, result, eq)
 

@@ -35,6 +35,20 @@ FUSED = "fused"              # a fused group holding a sub-DAG
 def canonical_dtype(dtype) -> str:
     """The IR's name for ``dtype`` (a str, numpy dtype or scalar type)."""
     try:
+        return _canonical_dtype_memo(dtype)
+    except TypeError:       # (unhashable: no memo; NumPy says what it makes of it)
+        return _canonical_dtype(dtype)
+
+
+@functools.lru_cache(maxsize=256)
+def _canonical_dtype_memo(dtype) -> str:
+    # memoized: NumPy's ``dtype.name`` is Python (2 us), asked per input and per node as a
+    # network of hundreds of tensors is built
+    return _canonical_dtype(dtype)
+
+
+def _canonical_dtype(dtype) -> str:
+    try:
         name = np.dtype(dtype).name
     except Exception as e:  # NumPy's parser raises TypeError, ValueError, SyntaxError, ...
         raise DTypeError(f"unknown dtype {dtype!r} ({type(e).__name__}: {e}); supported: "
@@ -393,7 +407,8 @@ def _einsum_result(eq: str, shapes: tuple, dtypes: tuple):
     if any(b is not None for b in spec.broadcast):
         raise GraphError(f"IR einsum {eq!r} needs operand broadcasting (shapes {list(shapes)}); "
                          "the builder inserts broadcast_to first")
-    return spec.output_shape, canonical_dtype(np.result_type(*dtypes))
+    # (each distinct dtype once: promotion among dtypes alone is order-free)
+    return spec.output_shape, canonical_dtype(np.result_type(*dict.fromkeys(dtypes)))
 
 
 register_op(OpDef("einsum", CONTRACTION,

@@ -101,6 +101,9 @@ class Plan(StepsIntrospection):
         self._signature = tuple((dtypes[nodes[i]["dtype"]], tuple(nodes[i]["shape"]))
                                 for i in ins)
         self._free: list[_Arena] = []
+        # the kernels that keep memory between calls: the compile cache asks every plan it
+        # holds at every compile (``idle_arena_bytes``), not each plan's every step
+        self._held = tuple(s.kernel.held_bytes for s in steps if s.kernel.held_bytes is not None)
         self._lock = threading.Lock()
         self.max_cached_arenas = 4
         self.arena_stats = {"created": 0, "reused": 0, "live": 0, "max_live": 0}
@@ -177,8 +180,7 @@ class Plan(StepsIntrospection):
     def idle_arena_bytes(self) -> int:
         """Bytes of the arenas this plan keeps for its next calls (none checked out), its
         kernels' own included (``Kernel.held_bytes``)."""
-        return len(self._free) * self.arena_bytes + sum(
-            s.kernel.held_bytes() for s in self.steps if s.kernel.held_bytes is not None)
+        return len(self._free) * self.arena_bytes + sum(held() for held in self._held)
 
     def release_arenas(self) -> None:
         """Give every cached arena back to the pool, and the kernels' own (``Kernel.release``)."""

@@ -128,6 +128,8 @@ def _writes_into_result(output: str, sizes: dict, block: dict) -> bool:
     """Whether each slice's result is written straight into its region of the result: no
     summed label is sliced, and a region is C-contiguous (asked of a stand-in array with
     the result's strides and no memory)."""
+    if not block:
+        return True
     if any(c not in output for c in block):
         return False
     full = tuple(sizes[c] for c in output)

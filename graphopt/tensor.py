@@ -51,7 +51,7 @@ class Tensor:
 
     @property
     def _node(self):
-        return self.graph._G.nodes[self.id]
+        return self.graph._G._node[self.id]
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -171,13 +171,15 @@ def _coerce(args, op: str, src: str) -> list[Tensor]:
     """Tensors for ``args``; arrays become constants and Python scalars are weakly typed
     (NumPy 2 / NEP 50: ``float32_tensor * 2.0`` stays float32)."""
     g = _graph_of(args, op, src)
-    strong = [a.dtype for a in args if isinstance(a, Tensor)]
-    strong += [np.asarray(a).dtype for a in args if isinstance(a, (np.ndarray, np.generic))]
+    strong = None      # (made where a scalar needs it: an einsum of hundreds of Tensors has none)
     out = []
     for a in args:
         if isinstance(a, Tensor):
             out.append(a)
         elif isinstance(a, _SCALARS):
+            if strong is None:
+                strong = [x.dtype for x in args if isinstance(x, Tensor)] + \
+                    [np.asarray(x).dtype for x in args if isinstance(x, (np.ndarray, np.generic))]
             dtype = np.result_type(*strong, a) if strong else None
             try:
                 with np.errstate(all="raise"):

@@ -340,6 +340,23 @@ def test_contract_caches_and_converts(rng):
         go.contract("ij,jk", a, np.ones((4, 2)), backend="numpy")
 
 
+def test_contract_keeps_its_plans_as_long_as_the_compile_cache_does(rng):
+    from graphopt import compiler
+    from graphopt.jit import _contract_plans
+    a = rng.standard_normal((3, 5))
+    go.contract("ij,kj->ik", a, a, backend="numpy")
+    key = next(k for k in _contract_plans.keys() if k[0] == "ij,kj->ik")
+    assert _contract_plans[key] in compiler.cached_plans()
+    compiler.clear_cache()
+    assert key not in _contract_plans       # its bound is the compile cache's
+    np.testing.assert_allclose(go.contract("ij,kj->ik", a, a, backend="numpy"), a @ a.T,
+                               rtol=1e-12)
+    assert key in _contract_plans
+    b = rng.standard_normal((3, 6))
+    go.contract("ij,kj->ik", b, b, backend="numpy", cache=False)
+    assert all(k[1][0][0] != (3, 6) for k in _contract_plans.keys())    # nothing kept
+
+
 def test_contract_out_and_optimize_as_numpy_einsum(rng):
     a, b = rng.standard_normal((3, 4)), rng.standard_normal((4, 2))
     out = np.zeros((3, 2))

@@ -130,6 +130,28 @@ def test_non_letter_labels_become_ir_letters_and_ir_equations_stay_letters():
         go.ops.infer("einsum", [(2, 3)], ["float64"], {"equation": "i1->1i"})
 
 
+@given(einsum_equations(max_operands=5))
+def test_the_ir_form_of_an_equation_parses_to_its_own_spec(case):
+    """What ``parse`` relies on where it keeps a spec under its IR form too: the IR
+    equation, on the same shapes, parses to the very spec its source did."""
+    eq, shapes = case
+    spec = E._parse(eq, shapes)
+    if all(b is None for b in spec.broadcast):
+        assert E._parse(spec.equation, shapes) == spec
+
+
+def test_parse_memo_serves_numpy_integer_dims_and_the_ir_form():
+    times, divide = get_symbol(75), get_symbol(107)     # opt_einsum's '×' and '÷': no letters
+    eq = f"{times}bc,cd{divide}->{times}{divide}"
+    shapes = [(2, 3, 4), (4, 5, 6)]
+    spec = E.parse(eq, [tuple(np.int64(d) for d in s) for s in shapes])
+    assert spec == E.parse(eq, shapes) and spec.equation != eq
+    assert E.parse(spec.equation, shapes) == spec == E._parse(spec.equation, shapes)
+    assert all(type(d) is int for d in spec.sizes.values())
+    spec.sizes["a"] = 99        # a caller's copy: the memo's spec is not changed
+    assert E.parse(eq, shapes).sizes["a"] == 2
+
+
 def test_many_operands_beyond_numpy_argument_limit():
     n = 100  # numpy.einsum takes at most 32 operands
     vecs = _arrays([(3,)] * n, 4)

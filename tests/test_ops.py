@@ -319,3 +319,17 @@ def test_infer_errors_name_the_op_and_operands():
 def test_unsupported_dtypes(bad):
     with pytest.raises(go.DTypeError, match="supported"):
         ops.canonical_dtype(bad)
+
+
+@pytest.mark.parametrize("spec, name", [
+    ("float64", "float64"), (np.float32, "float32"), (np.dtype(">i4"), "int32"),
+    ("<c16", "complex128"), (np.dtype("bool"), "bool"), (float, "float64")])
+def test_canonical_dtype_names_every_spelling_the_same_twice(spec, name):
+    assert ops.canonical_dtype(spec) == name == ops.canonical_dtype(spec)   # (memoized)
+
+
+def test_canonical_dtype_of_an_unhashable_spec_is_asked_of_numpy():
+    with pytest.raises(go.DTypeError, match="unknown dtype"):
+        ops.canonical_dtype(["f8"])
+    with pytest.raises(go.DTypeError, match="unsupported dtype 'void64'"):
+        ops.canonical_dtype([("a", "f8")])      # a structured dtype
