@@ -68,10 +68,13 @@ def cached_plans() -> list:
 
 def _outline(G: nx.MultiDiGraph) -> tuple:
     """What every graph of the same structural hash shares, read without walking its nodes:
-    its node and input counts and its outputs' shapes and dtypes."""
+    its node and input counts and its outputs' shapes, dtypes, ops and equations (a
+    network's einsum: networks of as many tensors, compiled one after another, are told
+    apart without hashing each)."""
     nodes = G._node
     return (len(nodes), len(G.graph.get("inputs", ())),
-            tuple((tuple(nodes[o]["shape"]), nodes[o]["dtype"])
+            tuple((tuple(nodes[o]["shape"]), nodes[o]["dtype"], nodes[o]["op"],
+                   nodes[o]["attrs"].get("equation"))
                   for o in G.graph.get("outputs", ()) if o in nodes))
 
 

@@ -141,8 +141,9 @@ def test_compile_cache():
 
 
 def test_compile_cache_tells_graphs_of_one_outline_apart(monkeypatch):
-    """Graphs of the same node count, inputs and output shape but other ops are hashed
-    (once each) and get their own plans; the first compile of an outline hashes nothing."""
+    """Graphs of the same node count, inputs, output shape and output op but other ops
+    within are hashed (once each) and get their own plans; the first compile of an outline
+    hashes nothing, and one of another output op or equation is not hashed."""
     compiler.clear_cache()
     hashed = []
     real = compiler.ir.structural_hash
@@ -152,7 +153,7 @@ def test_compile_cache_tells_graphs_of_one_outline_apart(monkeypatch):
         g = go.Graph("one_outline")
         x = g.input("x", (3,))
         y = g.input("y", (3,))
-        g.output(op(y, x) if order else op(x, y))
+        g.output((op(y, x) if order else op(x, y)) + x)
         return g
 
     add = go.compile(graph(lambda a, b: a + b), backend="numpy")
@@ -163,10 +164,23 @@ def test_compile_cache_tells_graphs_of_one_outline_apart(monkeypatch):
     swapped = go.compile(graph(lambda a, b: a + b, order=True), backend="numpy")
     assert swapped is not add
     x, y = np.array([1.0, 2, 3]), np.array([10.0, 20, 30])
-    np.testing.assert_array_equal(mul(x, y), x * y)
-    np.testing.assert_array_equal(add(x, y), x + y)
+    np.testing.assert_array_equal(mul(x, y), x * y + x)
+    np.testing.assert_array_equal(add(x, y), x + y + x)
     assert len(hashed) == 2 + 1 + 1   # each later compile hashes its own graph only
     assert len(compiler.cached_plans()) == 3
+    g = go.Graph("one_outline")       # as many nodes, but its output is another op
+    x_, y_ = g.input("x", (3,)), g.input("y", (3,))
+    g.output((x_ + y_) * x_)
+    go.compile(g, backend="numpy")
+    g = go.Graph("one_outline")       # two networks of as many tensors: their equations
+    a_, b_ = g.input("x", (3, 3)), g.input("y", (3, 3))
+    g.output(go.einsum("ij,jk->", a_, b_))
+    go.compile(g, backend="numpy")
+    g = go.Graph("one_outline")
+    a_, b_ = g.input("x", (3, 3)), g.input("y", (3, 3))
+    g.output(go.einsum("ij,ij->", a_, b_))
+    go.compile(g, backend="numpy")
+    assert len(hashed) == 4 and len(compiler.cached_plans()) == 6
 
 
 def test_compile_option_errors():
