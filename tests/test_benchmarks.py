@@ -125,3 +125,16 @@ def test_integer_networks_benchmark_checks_results_and_peaks(tmp_path):
     assert row["exact"] and row["numpy_ms"] > 0 and row["opt_einsum_ms"] > 0, row
     assert abs(row["measured_peak"] / row["predicted_peak"] - 1) <= 0.1, row
     assert "| randreg30 (30 tensors) | int32 |" in integer_networks.table([row])
+
+
+def test_first_contract_benchmark_contracts_distinct_networks_against_peers(tmp_path):
+    pytest.importorskip("cotengra")
+    from benchmarks import first_contract
+
+    eqs = {first_contract.INSTANCES["tree"][1](1000 + seed)[0] for seed in range(3)}
+    assert len(eqs) == 3        # each network is new: no compiled plan is reused
+    (row,) = _results(first_contract.main, ["--mode", "default", "--instances", "tree",
+                                            "--networks", "3"], tmp_path)
+    assert row["max_rel_diff"] < 1e-12 and row["tensors"] == [60, 60], row
+    assert row["graphopt_ms"] > 0 and row["opt_einsum_over_graphopt"] > 0, row
+    assert "| tree (cotengra tree_equation 60 tensors" in first_contract.table([row])
