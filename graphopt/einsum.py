@@ -6,9 +6,11 @@ size-1 dimensions NumPy would broadcast get an explicit ``broadcast_to`` first).
 are single Unicode letters (``label(i)``).
 
 Users may write any label opt_einsum accepts: every character but the syntax (``,``,
-``-``, ``>``, ``.``) and whitespace, so digits and the non-letters among
-``opt_einsum.get_symbol``'s symbols (``×``, ``÷``) too. ``parse`` renames such labels to
-letters for the IR, after the implicit output has been ordered by the user's labels.
+``-``, ``>``, ``.``), so digits and the non-letters among ``opt_einsum.get_symbol``'s
+symbols (``×``, ``÷``, and from its 5621st symbol on the Unicode spaces ``\u1680``,
+``\u2000``... that a network of thousands of indices is written with) too; ASCII spaces
+are dropped, as opt_einsum drops them. ``parse`` renames such labels to letters for the
+IR, after the implicit output has been ordered by the user's labels.
 """
 
 from __future__ import annotations
@@ -95,9 +97,10 @@ def is_ir_label(c: str) -> bool:
     return c.isalpha() and not 0xD800 <= ord(c) < 0xE000
 
 
-# What no label may be: the syntax characters, whitespace (``str.isspace``'s, as ``\s``
-# matches in a str pattern) and surrogates, which no string of labels can encode
-_NOT_A_LABEL = re.compile("[,\\->.\\s\ud800-\udfff]")
+# What no label may be: the syntax characters, and surrogates, which no string of labels
+# can encode (any other character is one, as opt_einsum takes it: Unicode spaces too, which
+# ``opt_einsum.get_symbol`` gives as symbols 5620, 8052-8062, ...)
+_NOT_A_LABEL = re.compile("[,\\->.\ud800-\udfff]")
 
 
 def _check_labels(body: str, where) -> None:
@@ -105,8 +108,8 @@ def _check_labels(body: str, where) -> None:
     bad = _NOT_A_LABEL.search(body)
     if bad:
         raise EinsumError(f"invalid index label {bad.group()!r} in {where}: a label is any "
-                          "character but ',', '-', '>', '.' and whitespace ('...', ',' and "
-                          "'->' are syntax)")
+                          "character but ',', '-', '>' and '.' ('...', ',' and '->' are "
+                          "syntax; spaces are dropped)")
 
 
 def _letters_for(labels: set) -> dict[str, str]:
@@ -170,7 +173,7 @@ def _parse(equation: str, shapes: Sequence[Sequence[int]]) -> EinsumSpec:
     """
     if not isinstance(equation, str):
         raise EinsumError(f"equation must be a str, got {type(equation).__name__}")
-    eq = "".join(equation.split())   # whitespace is no label: drop it, as opt_einsum drops spaces
+    eq = equation.replace(" ", "")   # an ASCII space is no label: opt_einsum drops it too
     shapes = [tuple(map(int, s)) for s in shapes]
     where = _Where(equation, shapes)
     if eq.count("->") > 1:

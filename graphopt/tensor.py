@@ -390,7 +390,7 @@ def einsum(*args) -> Tensor:
     """Einstein summation, as ``numpy.einsum``: ``einsum("ij,jk->ik", a, b)`` or the
     interleaved form ``einsum(a, [0, 1], b, [1, 2], [0, 2])`` (any hashable labels). Any
     number of operands, ``...``, repeated labels, implicit output; a label is any character
-    opt_einsum takes (all but ``,``, ``-``, ``>``, ``.`` and whitespace)."""
+    opt_einsum takes (all but ``,``, ``-``, ``>`` and ``.``; ASCII spaces are dropped)."""
     src = user_src()
     if not args:
         raise GraphError("einsum needs an equation and operands", op="einsum", src=src)

@@ -98,6 +98,22 @@ def test_more_than_52_unicode_labels_ring_trace():
     np.testing.assert_allclose(go.contract(eq, *mats, backend="numpy"), expected, rtol=1e-9)
 
 
+def test_opt_einsum_symbols_that_are_unicode_spaces_ring_trace():
+    """A network of thousands of indices written in opt_einsum's symbols holds Unicode
+    spaces (its symbols 5620, 8052-8062, 8092, 8093, 8099, 8147, 12148): labels to
+    opt_einsum, which drops only ASCII spaces, and so to graphopt."""
+    picks = [i for i in range(13000) if get_symbol(i).isspace()] + list(range(20))
+    assert len(picks) == 37 and get_symbol(5620) == "\u1680"
+    n = len(picks)
+    mats = [m / 2 for m in _arrays([(2, 2)] * n, 9)]
+    eq = ",".join(get_symbol(picks[i]) + get_symbol(picks[(i + 1) % n]) for i in range(n))
+    expected = opt_einsum.contract(eq + "->", *mats)
+    for e in (eq + "->", eq):        # explicit and implicit output
+        np.testing.assert_allclose(go.contract(e, *mats, backend="numpy"), expected,
+                                   rtol=1e-9)
+        np.testing.assert_allclose(go.contract(e, *mats), expected, rtol=1e-9)
+
+
 @pytest.mark.parametrize("n", [80, 200])
 def test_opt_einsum_symbols_beyond_the_letters_ring_trace(n):
     # get_symbol(i) past 52 gives code points from 192 on: '×' (75) and '÷' (107) are not
@@ -114,7 +130,11 @@ def test_opt_einsum_symbols_beyond_the_letters_ring_trace(n):
 @pytest.mark.parametrize("eq, shapes", [
     ("i1", [(2, 3)]), ("a1,1b->ab", [(2, 3), (3, 4)]), ("#x,x$", [(2, 3), (3, 2)]),
     ("0 1 , 1 2 -> 2 0", [(2, 3), (3, 4)]), ("×a,a÷->÷×", [(2, 3), (3, 4)]),
-    ("...1,1->...", [(2, 3, 4), (4,)]), ("11->1", [(3, 3)])])
+    ("...1,1->...", [(2, 3, 4), (4,)]), ("11->1", [(3, 3)]),
+    # Unicode spaces: opt_einsum's symbols 5620 and 8052 on (a network of thousands of
+    # indices is written with them), and a tab; only an ASCII space is no label
+    (f"a{get_symbol(5620)},{get_symbol(5620)}{get_symbol(8052)}->{get_symbol(8052)}a",
+     [(2, 3), (3, 4)]), ("\t\u3000,\u3000 x", [(2, 3), (3, 4)])])
 def test_any_label_opt_einsum_accepts_matches_opt_einsum(eq, shapes):
     arrays = _arrays(shapes, 8)
     expected = opt_einsum.contract(eq, *arrays)
