@@ -191,7 +191,9 @@ def compile(graph, backend: str = "auto", opt_level: int = 2, memory_limit=None,
         memory_limit: bytes; contraction intermediates are ordered and sliced within it,
             values are recomputed rather than held where the arena would exceed it (the
             ``rematerialize`` pass: a gradient's forward values, chosen by cost), and a
-            plan whose predicted peak still exceeds it is refused before it runs.
+            plan whose predicted peak still exceeds it is refused before it runs. None:
+            no slicing, and a plan whose predicted peak exceeds the backend's memory (this
+            machine's, or its device's) is refused, with a limit to slice it within.
         optimize: contraction path search ("auto", "hyper", "greedy", "optimal", "dp", or
             an opt_einsum PathOptimizer). "auto" searches large groups within ``path_time``.
         passes: run these passes (callables or registered names) instead of the pipeline.
@@ -284,6 +286,8 @@ def compile(graph, backend: str = "auto", opt_level: int = 2, memory_limit=None,
                         if "node" in g and g.get("operands", 0) > 2:
                             g["reason"] = g.get("reason", "") + why
     _check_predicted_peak(plan, memory_limit, recomputation(records))
+    if memory_limit is None:
+        _check_fits_memory(plan, backend_obj)
     report.attach_plan(plan)
     report.compile_seconds = time.perf_counter() - t0
     slowest = max(records, key=lambda r: r.seconds, default=None)
@@ -338,9 +342,7 @@ def _check_predicted_peak(plan, memory_limit, recomputed: dict | None = None) ->
     peak = plan.predicted_peak_bytes
     if peak <= memory_limit:
         return
-    held = [(s.nbytes, "holds", s) for s in plan.steps if s.offset is not None]
-    held += [(s.workspace_bytes, "needs as workspace", s) for s in plan.steps]
-    nbytes, what, s = max(held, key=lambda h: h[0], default=(0, "", None))
+    nbytes, what, s = _largest_holder(plan)
     if nbytes > memory_limit:
         head = f"step {s.index} {s.name} ({s.kernel.impl}, {s.dtype}{list(s.shape)}) {what} " \
                f"{nbytes} bytes on its own (the plan's predicted peak is {peak} bytes)"
@@ -363,6 +365,35 @@ def _check_predicted_peak(plan, memory_limit, recomputed: dict | None = None) ->
         "and slices the intermediates inside a contraction and recomputes values rather than "
         "hold them to fit the limit; a value that other ops read whole cannot be sliced. "
         "Raise memory_limit, or split the computation",
+        op=s.op_kinds[0] if s.op_kinds else None, src=s.srcs[0] if s.srcs else None,
+        node=s.node)
+
+
+def _largest_holder(plan) -> tuple[int, str, object]:
+    """``(bytes, "holds" or "needs as workspace", step)`` of the step that holds the most
+    on its own: a value in the arena, or a kernel's workspace."""
+    held = [(s.nbytes, "holds", s) for s in plan.steps if s.offset is not None]
+    held += [(s.workspace_bytes, "needs as workspace", s) for s in plan.steps]
+    return max(held, key=lambda h: h[0], default=(0, "", None))
+
+
+def _check_fits_memory(plan, backend) -> None:
+    """With no ``memory_limit``: refuse before running a plan whose predicted peak exceeds
+    the backend's memory (``Backend.memory_bytes``), naming the step that holds the most,
+    the plan's FLOPs and how to slice it. Such a network (a lattice or random graph too
+    wide to contract whole) would otherwise fail at its first call, after its search."""
+    have = backend.memory_bytes()
+    peak = getattr(plan, "predicted_peak_bytes", 0)
+    if have is None or peak <= have:
+        return
+    nbytes, what, s = _largest_holder(plan)
+    raise GraphError(
+        f"the plan's predicted peak is {peak} bytes, more than the {have} bytes of memory "
+        f"of the {backend.name} backend here: step {s.index} {s.name} ({s.kernel.impl}, "
+        f"{s.dtype}{list(s.shape)}) {what} {nbytes} bytes on its own, and the plan costs "
+        f"{sum(t.flops for t in plan.steps):.3g} FLOPs. Pass memory_limit= (e.g. "
+        f"memory_limit={have // 2}) to slice its contractions and recompute values within "
+        "it, or give the path search longer (path_time=) for a narrower order",
         op=s.op_kinds[0] if s.op_kinds else None, src=s.srcs[0] if s.srcs else None,
         node=s.node)
 

@@ -37,10 +37,13 @@ runs in a millisecond is ordered in well under one, an expensive one gets second
 1-7 are counted, not timed (``SearchSteps``, each step's assumed cost from the constants
 below): a step runs only where what was counted so far plus its own assumed cost is within
 the budget of the best path found so far, so a small network's path does not depend on the
-machine's speed, and a path that runs in ten milliseconds is not refined for sixty. A step
-that has started is finished, and counted steps may take longer than assumed; step 8 stops
-a trial's time short of the budget, so 1 s searches of benchmarks/networks.py's networks
-took 0.8-1.1 s.
+machine's speed, and a path that runs in ten milliseconds is not refined for sixty. From
+``HYPER_MIN_SECONDS`` of budget on, where step 8 is timed anyway, a counted step also needs
+the clock to leave room for it: on networks of hundreds of tensors the steps cost up to
+several times their assumed cost (a 3 s search of a 20x20 lattice took 4.3 s, a 1 s one of
+a 200-tensor random 3-regular network 1.9 s; now 3.0-3.1 and 1.0-1.1). A step that has
+started is finished; step 8 stops a trial's time short of the budget, so 1 s searches of
+benchmarks/networks.py's networks took 0.8-1.1 s.
 
 Paths are kept by the network's structure and sizes (``path_cache``: in this process and
 on disk beside the kernels), so a second compile or a second process does no search. An
@@ -101,7 +104,7 @@ class _Search:
         self.best = self.first = None
         self.greedy = "greedy"         # the start's name
         self.python_greedy = False     # whether opt_einsum's greedy ran
-        self.counted = SearchSteps(terms, self.budget)
+        self.counted = SearchSteps(terms, self.budget, self.elapsed)
         self.cotengra = searchers.cotengra_available()
         # (path, subtree size, "best", "start" or "random": which step) of each one run
         self.reconfigured: list = []
@@ -240,11 +243,11 @@ class _Search:
     def random_greedy(self) -> None:
         """Step 4: random-greedy trials within ``TRIAL_SHARE`` of the budget left when they
         begin, cotengrust's in batches, then opt_einsum's."""
-        counted, base = self.counted, self.counted.counted
+        counted, base = self.counted, self.counted.spent()
         per_batch = RUST_PLAY_SECONDS_PER_TENSOR * counted.n
 
         def room():      # the trials' share of what the budget of the best path left
-            return base + TRIAL_SHARE * (self.budget() - base) - counted.counted
+            return base + TRIAL_SHARE * (self.budget() - base) - counted.spent()
 
         while searchers.cotengrust() is not None and self.rust_trials < RUST_MAX_TRIALS:
             if room() < per_batch + RUST_TRIAL_SECONDS_PER_TENSOR * counted.n:

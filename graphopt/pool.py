@@ -29,6 +29,47 @@ def env_number(name: str, default: float) -> float:
     return v if v >= 0 else default
 
 
+_host_memory: list = []      # (read once)
+
+
+def host_memory_bytes() -> int | None:
+    """The memory this process may use: the machine's physical memory, or its control
+    group's limit where that is lower (a container's); None where neither can be read."""
+    if not _host_memory:
+        found = []
+        try:
+            found.append(os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
+        except (AttributeError, ValueError, OSError):
+            pass
+        found += [n for n in map(_cgroup_limit, _cgroup_limit_files()) if n is not None]
+        _host_memory.append(min(found) if found else None)
+    return _host_memory[0]
+
+
+def _cgroup_limit_files() -> list[str]:
+    """The memory limit files of this process's control group (v2, then v1)."""
+    files = []
+    try:
+        with open("/proc/self/cgroup") as f:
+            for line in f:
+                if line.startswith("0::"):
+                    files.append(f"/sys/fs/cgroup{line[3:].strip().rstrip('/')}/memory.max")
+    except OSError:
+        pass
+    return files + ["/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"]
+
+
+def _cgroup_limit(path: str) -> int | None:
+    """A control group's memory limit in bytes, or None (none set, or none there)."""
+    try:
+        with open(path) as f:
+            text = f.read().strip()
+    except OSError:
+        return None
+    # (v1 writes "no limit" as a page-rounded 2**63)
+    return int(text) if text.isdigit() and int(text) < 1 << 60 else None
+
+
 @dataclass
 class PoolStats:
     """What a ``TensorPool`` did: hits and misses, bytes held and cached, the high water."""

@@ -136,6 +136,13 @@ class _SlicedSearch:
     def left(self) -> float:
         return self.seconds() - (time.perf_counter() - self.t0)
 
+    def spent(self) -> float:
+        """Seconds of the budget used by steps 1-2: those counted, or those elapsed where
+        more and the budget is timed (``search_budget.SearchSteps.spent``'s rule)."""
+        if self.seconds() >= HYPER_MIN_SECONDS:
+            return max(self.counted, time.perf_counter() - self.t0)
+        return self.counted
+
     def consider(self, path, blocks=None) -> None:
         """Keep the better of ``fit_slices`` along ``path`` and, where given, the slicing
         ``blocks`` (label -> index values per slice: cotengra's own, or a cached one) where
@@ -171,7 +178,7 @@ class _SlicedSearch:
         against 1.8e10)."""
         per = SLICE_RECONF_SECONDS_PER_TENSOR * len(self.terms)
         for fraction in TARGET_FRACTIONS if searchers.cotengra_available() else ():
-            if self.counted + per > self.seconds():
+            if self.spent() + per > self.seconds():
                 return
             self.counted += per
             target = max(1, int(self.budget * fraction) // self.itemsize)
@@ -188,7 +195,7 @@ class _SlicedSearch:
         1/16 of its peak: 3.3e9 FLOPs against slice-and-reconfigure's 6.1e9)."""
         for _ in range(REPATH_ROUNDS if self.best is not None else 0):
             # half of what is left for the search, half for slicing the path it finds
-            seconds = min(REPATH_SECONDS, (self.seconds() - self.counted) / 2)
+            seconds = min(REPATH_SECONDS, (self.seconds() - self.spent()) / 2)
             if seconds < REPATH_MIN_SECONDS:
                 return
             self.counted += 2 * seconds

@@ -536,3 +536,23 @@ def test_the_contraction_programs_arena_counts_as_the_plans_and_is_given_back():
     np.testing.assert_array_equal(first, second)
     plan.release_arenas()
     assert plan.idle_arena_bytes == 0
+
+
+def test_a_plan_larger_than_the_machine_is_refused_before_it_runs(monkeypatch):
+    """With no memory_limit, a plan whose predicted peak exceeds the backend's memory (a
+    network too wide to contract whole) is refused at compile, with how to slice it; a
+    limit the user sets is theirs; a cluster's workers' memory is not known here."""
+    from graphopt.backends.base import Backend
+    g = go.Graph("wide")
+    a, b = g.input("a", (300, 40)), g.input("b", (40, 300))
+    g.output(go.tanh(go.einsum("ij,jk->ik", a, b)).sum())   # 720 kB intermediates
+    monkeypatch.setattr(Backend, "memory_bytes", lambda self: 100_000)
+    for backend in ("numpy", "numba"):
+        with pytest.raises(go.GraphError, match=r"predicted peak is \d+ bytes, more than the "
+                           r"100000 bytes of memory .* memory_limit=50000") as e:
+            go.compile(g, backend=backend, cache=False)
+        assert e.value.op in ("einsum", "tanh") and "test_compiler.py" in (e.value.src or "")
+    plan = go.compile(g, backend="numpy", cache=False, memory_limit=10**9)   # the user's
+    assert plan.predicted_peak_bytes > 100_000
+    monkeypatch.setattr(Backend, "memory_bytes", lambda self: None)
+    go.compile(g, backend="numpy", cache=False)

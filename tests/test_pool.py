@@ -1,5 +1,7 @@
 """TensorPool: bounded in bytes, idle buffers given back (ISSUE 12: defect 18)."""
 
+import os
+
 import numpy as np
 
 from graphopt.pool import TensorPool
@@ -43,3 +45,16 @@ def test_environment_sets_the_bounds(monkeypatch):
     assert pool.max_cached_bytes == 12345 and pool.idle_seconds == 2.5
     monkeypatch.setenv("GRAPHOPT_POOL_BYTES", "lots")
     assert TensorPool(HostBackend()).max_cached_bytes == 256 << 20
+
+
+def test_host_memory_is_the_machine_or_its_control_group(tmp_path):
+    from graphopt import pool
+    have = pool.host_memory_bytes()
+    assert have is not None and 0 < have <= os.sysconf("SC_PHYS_PAGES") * os.sysconf(
+        "SC_PAGE_SIZE")
+    limit = tmp_path / "memory.max"
+    for text, want in (("max\n", None), ("1048576\n", 1 << 20),
+                       (str(2 ** 63 - 4096), None), ("garbage", None)):
+        limit.write_text(text)
+        assert pool._cgroup_limit(str(limit)) == want, text
+    assert pool._cgroup_limit(str(tmp_path / "absent")) is None

@@ -28,6 +28,22 @@ def test_counted_steps_are_what_the_budget_pays_for():
     assert counted.pays_for(search_budget.RECONF_SECONDS_PER_TENSOR[8] * 100)
 
 
+def test_a_timed_budget_counts_the_clock_where_it_is_ahead_of_the_model():
+    clock = [0.0]
+    n = ["x"] * 10
+    small = search_budget.SearchSteps(n, lambda: 0.1, lambda: clock[0])
+    timed = search_budget.SearchSteps(n, lambda: search_budget.HYPER_MIN_SECONDS,
+                                      lambda: clock[0])
+    for counted in (small, timed):
+        counted.count(0.05)
+    clock[0] = 0.3            # the steps took longer than their assumed cost
+    assert small.spent() == 0.05 and small.pays_for(0.05)     # counted: the same everywhere
+    assert timed.spent() == 0.3
+    assert timed.left() == pytest.approx(search_budget.HYPER_MIN_SECONDS - 0.3)
+    clock[0] = 0.01           # the clock behind the model: the count decides
+    assert timed.spent() == 0.05
+
+
 def test_default_budget_follows_the_estimated_run_time():
     terms, output, sizes = network(12, 0)
     s = path_searchers.greedy(terms, output, sizes)

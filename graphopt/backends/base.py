@@ -57,6 +57,14 @@ class Backend:
             self._pool = TensorPool(self)
         return self._pool
 
+    def memory_bytes(self) -> int | None:
+        """The memory one plan's call may use here (None: not known to the client, as on a
+        cluster's workers): with no ``memory_limit``, a plan whose predicted peak exceeds
+        it is refused at compile. Host memory (``pool.host_memory_bytes``)."""
+        from ..pool import host_memory_bytes
+
+        return host_memory_bytes()
+
     def alloc(self, nbytes: int):
         """A 1-d uint8 buffer of ``nbytes`` (the arena)."""
         return np.empty(max(nbytes, 1), dtype=np.uint8)

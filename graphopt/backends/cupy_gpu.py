@@ -94,6 +94,12 @@ class CupyBackend(Backend):
         return (cupy.cuda.memory.OutOfMemoryError,)
 
     # -- memory -----------------------------------------------------------------------------
+    def memory_bytes(self) -> int | None:
+        """The current device's memory (a call's arena and workspace live there)."""
+        import cupy
+
+        return int(cupy.cuda.Device().mem_info[1])
+
     def alloc(self, nbytes: int):
         import cupy
 

@@ -54,6 +54,10 @@ class DaskBackend(Backend):
     def available(cls) -> bool:
         return all(importlib.util.find_spec(m) is not None for m in ("dask", "distributed"))
 
+    def memory_bytes(self) -> int | None:
+        """Not known here: the workers run the steps, on their own machines."""
+        return None
+
     def kernel(self, G, n, ctx) -> Kernel:
         """A step that builds node ``n``'s dask array from its operands' (``out`` unused)."""
         from .dask_graph.blocks import lower_node
