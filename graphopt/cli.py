@@ -161,8 +161,9 @@ def find_benchmarks(start: Path | None = None) -> Path | None:
     return None
 
 
-BENCH_SUITES = ("run", "networks", "compile_time", "memory", "concurrency", "slices",
-                "math_kernels", "dask_slicing", "gpu")
+BENCH_SUITES = ("run", "networks", "first_contract", "sliced_networks", "integer_networks",
+                "compile_time", "memory", "concurrency", "slices", "math_kernels",
+                "dask_slicing", "gpu")
 
 
 def cmd_bench(args) -> int:
