@@ -36,7 +36,8 @@ from typing import Callable, NamedTuple, Sequence
 
 import numpy as np
 
-from .einsum import evaluate, first_use_equation, np_einsum_bytes, split, to_ascii
+from .einsum import evaluate, first_use_equation, split, to_ascii
+from .einsum_memory import np_einsum_bytes
 from .gemm import (
     BLAS_DTYPES,
     GemmPlan,

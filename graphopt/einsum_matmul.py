@@ -26,7 +26,7 @@ import math
 
 import numpy as np
 
-from .einsum import NP_EINSUM_ITER_BYTES, NP_EINSUM_ITER_BYTES_PER_DIM
+from .einsum_memory import NP_EINSUM_ITER_BYTES, NP_EINSUM_ITER_BYTES_PER_DIM
 
 # The dtypes BLAS multiplies (``gemm.BLAS_DTYPES``), and their characters: what a call
 # reads (``dtype.char``; ``dtype.name`` is a Python property of ~1.5 us)
@@ -54,7 +54,7 @@ def operand_to_copy(shape_a, strides_a, shape_b, strides_b) -> int:
 def einsum_matmul_bytes(ndim: int) -> int:
     """What ``einsum_matmul`` of ``ndim``-dimensional matrices (2, or 3 batched) allocates
     beside its operands, its copy of one and ``c``: ``np.einsum``'s iterator over three
-    arrays of ``ndim`` dims (``einsum.NP_EINSUM_ITER_BYTES``; measured 1.8-2.0 kB)."""
+    arrays of ``ndim`` dims (``einsum_memory.NP_EINSUM_ITER_BYTES``; measured 1.8-2.0 kB)."""
     return NP_EINSUM_ITER_BYTES + NP_EINSUM_ITER_BYTES_PER_DIM * 3 * ndim
 
 

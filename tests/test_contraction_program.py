@@ -11,7 +11,8 @@ from opt_einsum.testing import rand_equation
 
 from graphopt.contraction_plan import UNSHARED_ARENA_BYTES, plan_program
 from graphopt.contraction_program import PathContraction
-from graphopt.einsum import np_einsum_bytes, split
+from graphopt.einsum import split
+from graphopt.einsum_memory import np_einsum_bytes
 from graphopt.gemm import SMALL_PAIR_WORK, _reduced_strides, reshaped_strides
 from graphopt.liveness import ALIGN
 

@@ -17,7 +17,8 @@ import math
 import numpy as np
 
 from .. import einsum as einsum_mod
-from ..einsum import np_einsum_bytes, to_ascii
+from ..einsum import to_ascii
+from ..einsum_memory import np_einsum_bytes
 from ..gemm import (
     BLAS_DTYPES,
     SMALL_PAIR_WORK,
