@@ -216,7 +216,11 @@ def test_budget_no_slicing_can_meet_raises_at_compile_time():
     msg = str(err.value)
     assert "op 'einsum'" in msg and "node" in msg and "memory_limit=100" in msg
     assert "runs within 90 bytes" in msg and "the least found was" in msg  # SLICE_HEADROOM
+    assert "path_time=seconds" in msg     # no budget given: a longer search may find one
     assert err.value.src and "test_slicing.py" in err.value.src
+    with pytest.raises(GraphError) as err:
+        go.compile(g, backend="numpy", memory_limit=100, cache=False, path_time=0.01)
+    assert "path_time=seconds" not in str(err.value)
 
 
 def test_a_limit_met_only_by_absurd_slicing_is_refused():
