@@ -11,10 +11,15 @@ at 6.1e9 along a path searched sliced at the default budget, 128 at 3.1e9 given 
 1. cotengra's slice-and-reconfigure of the unsliced path (``path_searchers.
    slice_reconfigured``) at each intermediate target of ``TARGET_FRACTIONS`` of the
    budget, while the counted budget pays (``SLICE_RECONF_SECONDS_PER_TENSOR`` each);
+1b. where every slicing step 1 found fits the memory but costs more than
+   ``MAX_FLOP_OVERHEAD`` times the unsliced run (the unsliced path was searched for the
+   milliseconds that run takes, and slices only into billions): graphopt's path search of
+   the unsliced network again, then step 1 from its path; the budget is then what such a
+   slicing may cost and still be taken;
 2. graphopt's own path search (``path_search``) for the network with the best slicing's
    labels at their block sizes, then sliced again, in rounds while one improves it;
 3. by the clock, where at least ``HYPER_MIN_SECONDS`` are left (and a slicing was found,
-   or ``path_time`` set the budget): cotengra's
+   one too dear was, or ``path_time`` set the budget): cotengra's
    hyper-optimizer with its trials sliced to the first of those targets, and scored
    sliced.
 
@@ -125,13 +130,23 @@ class _SlicedSearch:
         self.ran: list[str] = []
         self.considered: set = set()
         self.counted, self.repaths = 0.0, 0     # counted seconds of steps 1-2; step 2's rounds
+        # a slicing found fits the memory but costs more than ``most``: a narrower order may
+        # slice within it cheaply (step 1b); the seconds step 1b searched for
+        self.dear, self.unsliced_again = False, 0.0
+        self.largest_budget = 0.0     # the largest the budget was, as it followed the search
 
     def seconds_of(self, fit) -> float:
         return sliced_seconds(fit[1].flops, fit[1].n_slices, len(self.terms))
 
     def seconds(self) -> float:     # follows the best slicing so far: asked each time
-        return sliced_budget(self.best[1] if self.best else None, self.time_budget,
-                             len(self.terms))
+        if self.best is None and self.dear and self.time_budget is None:
+            # what is at stake: a slicing may cost up to ``most`` and still be taken
+            seconds = min(DEFAULT_MAX_SECONDS, SEARCH_FRACTION * self.most)
+        else:
+            seconds = sliced_budget(self.best[1] if self.best else None, self.time_budget,
+                                    len(self.terms))
+        self.largest_budget = max(self.largest_budget, seconds)
+        return seconds
 
     def left(self) -> float:
         return self.seconds() - (time.perf_counter() - self.t0)
@@ -167,15 +182,17 @@ class _SlicedSearch:
             if ws <= self.budget:
                 fits.append((path, plan, ws))
         for fit in fits:
-            if self.seconds_of(fit) <= self.most and \
-                    (self.best is None or self.seconds_of(fit) < self.seconds_of(self.best)):
+            if self.seconds_of(fit) > self.most:
+                self.dear = True
+            elif self.best is None or self.seconds_of(fit) < self.seconds_of(self.best):
                 self.best = fit
 
-    def slice_and_reconfigure(self) -> None:
+    def slice_and_reconfigure(self, first: bool = True) -> None:
         """Step 1: at each target of ``TARGET_FRACTIONS`` the counted budget pays for. From
         the unsliced path, not the first slicing's (searched again for its sliced sizes):
         as good or better on all 7 limits above (a 6x6 lattice at 1/16: 6.1e9 FLOPs
-        against 1.8e10)."""
+        against 1.8e10). ``first``: where its first target's slicing fits the memory only
+        at more than ``most``, step 1b searches another path before the other targets."""
         per = SLICE_RECONF_SECONDS_PER_TENSOR * len(self.terms)
         for fraction in TARGET_FRACTIONS if searchers.cotengra_available() else ():
             if self.spent() + per > self.seconds():
@@ -186,6 +203,27 @@ class _SlicedSearch:
                                                         self.path, target)
             self.consider(path, dict.fromkeys(sliced, 1))
             self.ran.append(f"1/{round(1 / fraction)}")
+            if first and self.best is None and self.dear:
+                return
+
+    def search_unsliced_again(self) -> None:
+        """Step 1b, where no slicing step 1 found is cheap enough but some fit the memory
+        (``dear``): graphopt's path search of the unsliced network again, for half of what
+        the budget leaves, then step 1 from the path it finds. The unsliced search's
+        default budget follows the unsliced run, which a tight limit's slices may cost
+        hundreds of times; a narrower order slices cheaply (a 16x16 lattice at bond 2 under
+        500 kB, 1/6.5 of its peak: refused, where a 4 s search of the unsliced network
+        finds an order that slices 64 ways at 4.6e8 FLOPs)."""
+        seconds = (self.seconds() - self.spent()) / 2
+        if self.best is not None or not self.dear or seconds < REPATH_MIN_SECONDS:
+            return
+        self.counted += seconds
+        steps, _ = path_search.find_path(self.terms, self.output, self.sizes,
+                                         time_budget=seconds, cache=False)
+        self.unsliced_again = round(seconds, 3)
+        self.path = [tuple(p) for p in steps.path]
+        self.consider(self.path)
+        self.slice_and_reconfigure(first=False)
 
     def repath_for_slices(self) -> None:
         """Step 2: graphopt's own path search (``path_search.find_path``) on the network with
@@ -215,7 +253,7 @@ class _SlicedSearch:
         hyper-optimizer trials (to the first target of ``TARGET_FRACTIONS``) until the
         budget is spent; how many ran."""
         if self.left() < HYPER_MIN_SECONDS or not searchers.cotengra_available() or \
-                (self.best is None and self.time_budget is None):
+                (self.best is None and self.time_budget is None and not self.dear):
             return 0
         target = max(1, int(self.budget * TARGET_FRACTIONS[0]) // self.itemsize)
         trials = searchers.HyperTrials(self.terms, self.output, self.sizes, slice_target=target)
@@ -230,6 +268,9 @@ class _SlicedSearch:
     def searcher(self, hyper_trials: int) -> str:
         names = [f"cotengra slice-and-reconfigure ({', '.join(self.ran)} of the budget)"] \
             if self.ran else []
+        if self.unsliced_again:
+            names.append(f"graphopt's path search of the unsliced network again "
+                         f"({self.unsliced_again} s), slice-and-reconfigure from its path")
         if self.repaths:
             names.append(f"graphopt's path search for the sliced sizes ({self.repaths} "
                          f"round{'s' * (self.repaths > 1)})")
@@ -272,12 +313,13 @@ def search_sliced_path(equation: str, shapes, dtype, budget: int, path, found=No
         if kept[1]["budget_seconds"] >= run.seconds():
             return result(dict(record, searcher=kept[1]["searcher"], cache="hit"))
     run.slice_and_reconfigure()
+    run.search_unsliced_again()
     run.repath_for_slices()
     searcher = run.searcher(run.by_the_clock())
     elapsed = round(time.perf_counter() - run.t0, 4)
     # the budget followed the best slicing as it improved: the record keeps the largest
-    record.update(searcher=searcher, seconds=elapsed,
-                  budget_seconds=max(record["budget_seconds"], run.seconds()))
+    run.seconds()
+    record.update(searcher=searcher, seconds=elapsed, budget_seconds=run.largest_budget)
     if cache and run.best is not None and searcher != "none":
         steps = play(run.terms, run.output, run.sizes, run.best[0])
         plan = run.best[1]

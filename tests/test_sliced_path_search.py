@@ -171,3 +171,44 @@ def test_path_time_bounds_the_unsliced_and_the_sliced_search_together(cache_dir)
     # without a limit, the unsliced search has all of it
     free = go.compile(g, cache=False, threads=1, path_time=0.2)
     assert free.report["contraction"].details["groups"][0]["search"]["budget_seconds"] == 0.2
+
+
+def test_a_path_that_slices_only_too_dearly_is_searched_again_unsliced(cache_dir,
+                                                                        monkeypatch):
+    """Where step 1's slicings fit the memory but cost more than MAX_FLOP_OVERHEAD times
+    the unsliced run (a large network's quickly searched path under a tight limit), step
+    1b searches the unsliced network again and slices the path it finds; with the budget
+    of what such a slicing would have cost at most. Here cotengra's slice-and-reconfigure
+    is made to slice every label, and the given path to slice no other way."""
+    from graphopt.paths import left_to_right
+    eq, shapes = _network(5, 6, 8)
+    _, peak = _unsliced_path(eq, shapes)
+    path = left_to_right(len(shapes))      # as written: not what the search finds
+    budget = peak // 4
+    terms = eq.split("->")[0].split(",")
+
+    def every_label(terms_, output, sizes, path_, target):
+        return [tuple(q) for q in path_], sorted(set("".join(terms_)))
+
+    def not_the_given_path(eq_, shapes_, path_, *args, **kwargs):
+        if [tuple(q) for q in path_] == path:
+            raise GraphError("refused")
+        return fit_slices(eq_, shapes_, path_, *args, **kwargs)
+
+    monkeypatch.setattr(path_searchers, "slice_reconfigured", every_label)
+    monkeypatch.setattr(sliced_path_search, "fit_slices", not_the_given_path)
+    monkeypatch.setattr(sliced_path_search, "DEFAULT_MAX_SECONDS", 0.6)   # (a short test)
+    searched = []
+    real = sliced_path_search.path_search.find_path
+    monkeypatch.setattr(sliced_path_search.path_search, "find_path",
+                        lambda *a, **k: searched.append((a[2], k)) or real(*a, **k))
+    p, plan, ws, rec = search_sliced_path(eq, shapes, "float64", budget, path, None,
+                                          cache=False)
+    assert ws <= budget and plan.n_slices < 8 ** 4
+    assert "path search of the unsliced network again" in rec["searcher"]
+    full = dict.fromkeys("".join(terms), 8)
+    assert searched[0][0] == full          # the unsliced sizes: no label at a block size
+    run = sliced_path_search._SlicedSearch(eq, shapes, "float64", budget, path, None, 1,
+                                           None, None)
+    assert run.most > 0.6 and rec["budget_seconds"] == 0.6     # the stake, capped
+    assert [tuple(q) for q in p] != path    # sliced along the path step 1b found

@@ -140,11 +140,9 @@ def _slice_node(G, n, limit: int, optimize, budget: int = 1, options=None,
         except GraphError:
             raise refusal from None
     except GraphError as e:
-        # the default budget follows the unsliced run, so a network that runs in
-        # milliseconds gets a path searched for milliseconds, which may slice poorly (a
-        # 16x16 lattice at bond 2 under 1/6 of its peak: refused by default; 64 slices of
-        # 4.6e8 FLOPs in all with path_time=20, where cotengra's sliced hyper-optimizer
-        # given 2-5 s found 4096-8192 slices of 1.2-1.4e10)
+        # the default budgets follow the runs found, and where nothing was found that fits
+        # (or nothing cheap enough: then the sliced search tried again, step 1b), a longer
+        # search may still find an order that slices within the limit
         hint = "" if options.get("path_time") is not None or share <= 0 else \
             "; a longer path search (compile(..., path_time=seconds)) may find an order " \
             "that slices within it"
