@@ -268,7 +268,8 @@ def operand_scratch(plan: GemmPlan, layouts, itemsize: int,
         view = reshaped_strides(shape, strides, perm, groups)
         if view is None:
             held += math.prod(shape) * itemsize
-        matrices.append((groups, c_strides(groups) if view is None else view))
+        if not blas:     # (the matrices' layouts: what einsum_matmul's copy depends on)
+            matrices.append((groups, c_strides(groups) if view is None else view))
     if not blas:
         which = operand_to_copy(*matrices[0], *matrices[1])
         if which:

@@ -318,8 +318,8 @@ def search_sliced_path(equation: str, shapes, dtype, budget: int, path, found=No
     searcher = run.searcher(run.by_the_clock())
     elapsed = round(time.perf_counter() - run.t0, 4)
     # the budget followed the best slicing as it improved: the record keeps the largest
-    run.seconds()
-    record.update(searcher=searcher, seconds=elapsed, budget_seconds=run.largest_budget)
+    record.update(searcher=searcher, seconds=elapsed,
+                  budget_seconds=max(run.seconds(), run.largest_budget))
     if cache and run.best is not None and searcher != "none":
         steps = play(run.terms, run.output, run.sizes, run.best[0])
         plan = run.best[1]
