@@ -55,6 +55,13 @@ def fusion_kind(G, n) -> str | None:
     return None
 
 
+def runs_along_path(G, n) -> bool:
+    """Einsum node ``n`` runs along its contraction path (its ``slices``, or more than two
+    operands): every backend gives it a kernel of its own, which the memory limit's
+    slicing and the path's intermediates are planned for."""
+    return bool(G.nodes[n]["attrs"].get("slices")) or G.in_degree(n) > 2
+
+
 def is_scalar_const(G, n) -> bool:
     """Node ``n`` is a one-element constant (inlined into a kernel as a literal)."""
     d = G.nodes[n]
@@ -169,6 +176,9 @@ def classify(G: nx.MultiDiGraph, members, root: int) -> tuple[str | None, str]:
             return None, f"{reason}; not a normalization: {rows}"
         return "normalization", ""
     if eins:
+        if runs_along_path(G, eins[0]):
+            return None, ("a sliced or many-operand einsum runs along its path, slice by "
+                          "slice: its own kernel, not an epilogue group's head")
         reason = _epilogue_reason(G, eins[0], members, "einsum")
         if reason:
             return None, reason

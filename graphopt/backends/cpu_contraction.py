@@ -19,6 +19,7 @@ import numpy as np
 from .. import einsum as einsum_mod
 from ..einsum import to_ascii
 from ..einsum_memory import np_einsum_bytes
+from ..fused import runs_along_path
 from ..gemm import (
     BLAS_DTYPES,
     SMALL_PAIR_WORK,
@@ -58,7 +59,7 @@ def einsum_kernel(G, n, opt_level: int, form: str = "auto") -> Kernel:
 
     d = G.nodes[n]
     a = d["attrs"]
-    if a.get("slices") or G.in_degree(n) > 2:
+    if runs_along_path(G, n):
         return sliced_kernel(G, n)
     operands = ir.operands(G, n)
     shapes = [tuple(G.nodes[u]["shape"]) for u in operands]

@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import ir, ops, threads
+from ..fused import runs_along_path
 from ..gemm import BLAS_DTYPES
 from ..interpreter import eval_node, node_peak_bytes
 from ..kernel import Kernel
@@ -28,7 +29,7 @@ class NumpyBackend(Backend):
 def reference_kernel(G, n) -> Kernel:
     """Node ``n`` by the interpreter's semantics, copied into the planned buffer."""
     d = G.nodes[n]
-    if d["op"] == "einsum" and (d["attrs"].get("slices") or G.in_degree(n) > 2):
+    if d["op"] == "einsum" and runs_along_path(G, n):
         # along its path (opt_einsum's greedy one, as the interpreter's, where the
         # contraction pass gave it none: below opt_level 2, or bool operands), so that
         # what its intermediates hold is predicted (the interpreter's form counted only

@@ -190,6 +190,18 @@ def test_einsum_with_other_users_or_reduction_is_not_an_epilogue():
     assert "multiple external users" in " ".join(reasons(details, "einsum"))
 
 
+def test_an_einsum_run_along_its_path_is_not_an_epilogue_head():
+    # a many-operand einsum (or a sliced one) runs along its path in its own kernel: as a
+    # group's head its kernel would run the whole equation at once
+    g = go.Graph()
+    a, b, c = (g.input(n, (4, 4), "float64") for n in "abc")
+    g.output(go.einsum("ij,jk,kl->il", a, b, c) * 2.0 + 1.0)
+    G, H, details = fuse(g)
+    assert any(H.nodes[n]["op"] == "einsum" for n in H)
+    assert all("einsum" not in member_ops(H, f) for f in fused_nodes(H))
+    assert any("runs along its path" in r for r in reasons(details, "einsum"))
+
+
 def test_einsum_operands_stay_group_inputs():
     g = go.Graph()
     x = g.input("x", (4, 4), "float64")
