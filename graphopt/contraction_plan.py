@@ -104,18 +104,30 @@ class ProgramStep(NamedTuple):
     scratch_new: int = 0
 
     def buffer(self, arena, dtype):
-        """The step's place in ``arena`` (C-contiguous, the result's shape), or None."""
+        """The step's place in ``arena`` (a 1-d uint8 NumPy or cupy array; C-contiguous, the
+        result's shape), or None."""
         if self.offset is None:
             return None
-        return np.ndarray(self.shape, dtype, arena, self.offset)
+        if isinstance(arena, np.ndarray):
+            return np.ndarray(self.shape, dtype, arena, self.offset)
+        nbytes = math.prod(self.shape) * np.dtype(dtype).itemsize
+        return arena[self.offset:self.offset + nbytes].view(dtype).reshape(self.shape)
 
-    def run(self, operands: list, out, matmul: Callable | None, buf=None):
+    def run(self, operands: list, out, matmul: Callable | None, buf=None, xp=np):
         """The step's result: into ``out`` where given (C-contiguous, the result's shape and
-        dtype), else into ``buf`` (its place in the arena) where given, else a new array."""
+        dtype), else into ``buf`` (its place in the arena) where given, else a new array.
+        ``xp``: the operands' array module (NumPy, or cupy on a GPU)."""
         if out is not None:
             buf = None
         if self.gemm is not None:   # without ``out``: the product, permuted as a view
-            return run_gemm(np, self.gemm, *operands, out, matmul, into=buf)
+            return run_gemm(xp, self.gemm, *operands, out, matmul, into=buf)
+        if xp is not np:    # cupy's einsum takes no ``out``, and any number of operands
+            res = xp.einsum(self.equation, *operands)
+            target = out if out is not None else buf
+            if target is None:
+                return res
+            target[...] = res
+            return target
         if len(operands) > 2:
             res = evaluate(self.equation, operands)
             if out is None:
@@ -138,13 +150,20 @@ class Program:
     # without them and the result's whole shape, or None where no label is of size 1
     squeeze: tuple[tuple, tuple] | None = None
 
-    def peak_bytes(self, into_out: bool = True) -> int:
+    def peak_bytes(self, into_out: bool = True, device_itemsize: int | None = None) -> int:
         """What one call allocates at once: the arena, the largest step's scratch (the last
         step writing into the caller's ``out``, ``into_out``, or a new array, then counted)
         and the call's Python objects (``OBJECT_BYTES_PER_STEP`` a step,
         ``OBJECT_BYTES_PER_OPERAND`` an operand, and where size-1 labels are dropped a view
         of each operand and of the result). Operands and ``out`` are the caller's, not
-        counted."""
+        counted. ``device_itemsize``: the call runs on a device (cupy) in elements of that
+        size, whose memory holds arrays only: no Python objects, and a step that is not a
+        GEMM holds its whole result beside its place (``cupy.einsum`` makes it; it is then
+        copied there) instead of np.einsum's buffers."""
+        if device_itemsize is not None:
+            return self.arena_bytes + max(
+                (s.scratch if s.gemm is not None else math.prod(s.shape) * device_itemsize
+                 for s in self.steps), default=0)
         last = len(self.steps) - 1
         objects = call_object_bytes(len(self.steps),
                                     1 + sum(len(s.positions) - 1 for s in self.steps))
@@ -157,10 +176,11 @@ class Program:
              for k, s in enumerate(self.steps)), default=0)
 
 
-def _plan_step(equation: str, in_shapes: tuple, blas: bool
+def _plan_step(equation: str, in_shapes: tuple, blas: bool, device: bool = False
                ) -> tuple[str, tuple, GemmPlan | None, dict]:
     """``(equation to run, result shape, GEMM plan or None, each label's size)`` of one
-    step."""
+    step. On a ``device`` every pair that maps onto a GEMM is one, however small: cuBLAS's
+    call costs microseconds where ``cupy.einsum`` parses its equation in Python first."""
     terms, result = split(equation)
     size: dict = {}
     uniform = True      # every label of one size throughout
@@ -174,9 +194,9 @@ def _plan_step(equation: str, in_shapes: tuple, blas: bool
     shape = tuple(map(size.__getitem__, result))
     plan = None
     work = math.prod(size.values())
-    if len(terms) == 2 and uniform and not einsum_is_faster(work, blas=blas):
+    if len(terms) == 2 and uniform and (device or not einsum_is_faster(work, blas=blas)):
         plan = pair_gemm_plan(terms[0], terms[1], result, size)
-        if plan is not None and einsum_is_faster(work, plan, blas):
+        if plan is not None and not device and einsum_is_faster(work, plan, blas):
             plan = None
     if plan is None and len(terms) <= 2:
         equation = to_ascii(equation)
@@ -185,13 +205,14 @@ def _plan_step(equation: str, in_shapes: tuple, blas: bool
 
 @functools.lru_cache(maxsize=4096)
 def _planned_step(equation: str, in_shapes: tuple, in_strides: tuple, blas: bool,
-                  itemsize: int) -> tuple[str, tuple, GemmPlan | None, int, tuple]:
+                  itemsize: int, device: bool = False
+                  ) -> tuple[str, tuple, GemmPlan | None, int, tuple]:
     """``_plan_step`` of one step for operands of element ``in_strides``, with the bytes it
     allocates beside its operands and result (a GEMM's for its operands,
     ``operand_scratch``; np.einsum's own, ``np_einsum_bytes``; 0 for a step of more than
     two operands, whose result ``evaluate`` makes) and the result's element strides.
     Memoized: the steps of a large network repeat (an MPS's bulk, a circuit's layers)."""
-    equation, shape, plan, size = _plan_step(equation, in_shapes, blas)
+    equation, shape, plan, size = _plan_step(equation, in_shapes, blas, device)
     if plan is None:
         held = np_einsum_bytes(*split(equation), size, itemsize, c_contiguous=all(
             tuple(st) == c_strides(sh) for sh, st in zip(in_shapes, in_strides))) \
@@ -221,13 +242,15 @@ def squeeze_ones(terms: Sequence[str], output: str, shapes, strides):
 
 
 def plan_program(terms: Sequence[str], output: str, path, shapes, dtype,
-                 strides=None, layout_of: Program | None = None) -> Program:
+                 strides=None, layout_of: Program | None = None,
+                 device: bool = False) -> Program:
     """The steps of ``terms -> output`` along ``path`` for operands of ``shapes`` and
     ``dtype`` (all operands promoted to it) and element ``strides`` (default C-contiguous),
     with their intermediates' arena offsets and each step's scratch bytes. ``layout_of``: a
     program of the same path over operands at least as large (a sliced contraction's full
     slice, for a ragged one): its arena and offsets are taken, each intermediate fitting
-    its place (see ``PathContraction.program``)."""
+    its place (see ``PathContraction.program``). ``device``: the steps run on a GPU
+    (``_plan_step``)."""
     blas = np.dtype(dtype).name in BLAS_DTYPES
     itemsize = np.dtype(dtype).itemsize
     current = [tuple(s) for s in shapes]
@@ -253,7 +276,7 @@ def plan_program(terms: Sequence[str], output: str, path, shapes, dtype,
                     intervals[made_by[i]] = (made_by[i], k)
                 del current[i], layout[i], made_by[i]
         eq, shape, plan, held, res_strides = _planned_step(
-            first_use_equation(picked, result), in_shapes, in_strides, blas, itemsize)
+            first_use_equation(picked, result), in_shapes, in_strides, blas, itemsize, device)
         nbytes = math.prod(shape) * itemsize
         if plan is not None:
             # into ``out``: a product to permute is written beside it first

@@ -27,12 +27,14 @@ class PathContraction:
     Each call runs on an arena of the program's ``arena_bytes``. With ``keep_arenas`` the
     arenas are kept for the next calls (one per call in flight; fresh memory is slower to
     write than reused, 2x on a 10x10 lattice) until ``release_arenas``; otherwise each call
-    allocates its own."""
+    allocates its own. ``xp``: the array module the operands, arenas and steps are in
+    (NumPy; cupy on a GPU, whose steps run cuBLAS's GEMMs and cupy's einsum)."""
 
-    def __init__(self, equation: str, path, keep_arenas: bool = False):
+    def __init__(self, equation: str, path, keep_arenas: bool = False, xp=np):
         self.equation = equation
         self.path = [tuple(p) for p in path]
         self.keep_arenas = keep_arenas
+        self.xp = xp
         self.terms, self.output = split(equation)
         self._programs: dict = {}        # (shapes, byte strides, dtype) -> program
         self._idle: list = []            # arenas kept for the next calls
@@ -68,11 +70,11 @@ class PathContraction:
             squeezed = squeeze_ones(self.terms, self.output, shapes, strides)
             if squeezed is None:
                 prog = plan_program(self.terms, self.output, self.path, shapes, dtype, strides,
-                                    full)
+                                    full, self.xp is not np)
             else:
                 terms, output, in_shapes, in_strides, out_shape = squeezed
                 prog = plan_program(terms, output, self.path, in_shapes, dtype, in_strides,
-                                    full)
+                                    full, self.xp is not np)
                 prog = Program(prog.steps, prog.arena_bytes, (tuple(in_shapes), out_shape))
             self._programs[key] = prog
         return prog
@@ -93,7 +95,7 @@ class PathContraction:
         with self._lock:
             kept = self._idle.pop() if self._idle else None
         if kept is None or kept.buffer.nbytes < nbytes:
-            kept = _Arena(np.empty(nbytes, np.uint8))
+            kept = _Arena(self.xp.empty(nbytes, np.uint8))
         return kept
 
     def __call__(self, *arrays, out=None, matmul: Callable | None = None):
@@ -108,7 +110,8 @@ class PathContraction:
         """``self(*arrays, out=out, matmul=matmul)`` for a list of operands: what a sliced
         loop calls per slice, with no tuple of the operands made (see ``program_key``);
         ``full_shapes``: the full slice's operand shapes (see ``program``)."""
-        current = promote_operands(arrays)
+        xp = self.xp
+        current = promote_operands(arrays, xp)
         dtype = current[0].dtype
         shapes = [a.shape for a in current]
         key = program_key(shapes, [a.strides for a in current], dtype.str)
@@ -136,10 +139,10 @@ class PathContraction:
                     target = into
                 buf = bufs[k] if bufs is not None else \
                     step.buffer(kept.buffer, dtype) if kept is not None else None
-                current.append(step.run(operands, target, matmul, buf))
+                current.append(step.run(operands, target, matmul, buf, xp))
                 del operands   # operands outside the arena are freed here, not a step later
             res = current[0]
-            if kept is not None and np.may_share_memory(res, kept.buffer):
+            if kept is not None and xp.may_share_memory(res, kept.buffer):
                 res = res.copy()  # a last step that only permutes an intermediate: a view
             if prog.squeeze is not None:
                 res = out if res is into and into is not out else \

@@ -389,16 +389,17 @@ def to_ascii(equation: str) -> str:
     return "".join(table.get(c, c) for c in equation)
 
 
-def promote_operands(arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
+def promote_operands(arrays: Sequence[np.ndarray], xp=np) -> list[np.ndarray]:
     """The operands in the einsum's result dtype (NumPy's promotion of all of them), as
     ``np.einsum`` computes. Contracting pairwise in the pair's own dtype would differ: two
-    bool operands of ``"ij,jk,kl->il"`` with a float one would be summed as logical or."""
-    arrays = [np.asarray(a) for a in arrays]
+    bool operands of ``"ij,jk,kl->il"`` with a float one would be summed as logical or.
+    ``xp``: their array module (NumPy, or cupy)."""
+    arrays = [xp.asarray(a) for a in arrays]
     if not arrays:
         return arrays
     dtype = arrays[0].dtype
     if any(a.dtype != dtype for a in arrays):   # (no tuple of the operands where all agree:
-        dtype = np.result_type(*arrays)          # see contraction_program.program_key)
+        dtype = np.result_type(*[a.dtype for a in arrays])  # see program_key)
     return [a if a.dtype == dtype else a.astype(dtype) for a in arrays]
 
 

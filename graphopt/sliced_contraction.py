@@ -80,7 +80,8 @@ def least_sliced_workspace_bytes(n_terms: int, sizes: dict) -> int:
 
 def contraction_workspace_bytes(equation: str, shapes, path, slices, blocks, dtype,
                                 workers: int = 1, operand_dtypes=None,
-                                contraction: PathContraction | None = None) -> int:
+                                contraction: PathContraction | None = None,
+                                device: bool = False) -> int:
     """What ``sliced_contract`` allocates at once beside its operands and its result, with
     ``workers`` slices in flight: the operands cast to ``dtype`` (those whose
     ``operand_dtypes`` differ), and per slice in flight its program's arena and largest step
@@ -89,7 +90,8 @@ def contraction_workspace_bytes(equation: str, shapes, path, slices, blocks, dty
     not C-contiguous; the larger of the full slice's and the one ragged in every label whose
     block leaves a remainder) and its operand views (``slice_view_bytes``), and a result-sized
     buffer for each worker beyond the first where no output label is sliced
-    (``parallel_workspace_bytes``)."""
+    (``parallel_workspace_bytes``). ``device``: on a GPU, whose memory holds the arrays
+    only (``Program.peak_bytes``'s ``device_itemsize``; no views, loop or call objects)."""
     dtype = np.dtype(dtype)
     terms, output = split_equation(equation)
     shapes = [tuple(s) for s in shapes]
@@ -102,7 +104,8 @@ def contraction_workspace_bytes(equation: str, shapes, path, slices, blocks, dty
     sliced = full_slice_shapes(terms, shapes, block) if block else shapes
     strides = [c_strides(s) for s in shapes]
     into_out = _writes_into_result(output, sizes, block)
-    peak = contract.program(sliced, dtype, strides).peak_bytes(into_out=into_out)
+    on_device = dtype.itemsize if device else None
+    peak = contract.program(sliced, dtype, strides).peak_bytes(into_out, on_device)
     # the ragged slice of every label whose block leaves a remainder: it shares the full
     # slice's arena, but may hold more objects (views without its size-1 labels, where a
     # remainder is 1) and other steps' scratch (a step small enough for np.einsum)
@@ -110,11 +113,11 @@ def contraction_workspace_bytes(equation: str, shapes, path, slices, blocks, dty
     if rest:
         ragged = [tuple(rest.get(c, d) for c, d in zip(t, s)) for t, s in zip(terms, sliced)]
         peak = max(peak, contract.program(ragged, dtype, strides, sliced).peak_bytes(
-            into_out=into_out))
-    per_slice = peak + (slice_view_bytes(terms, shapes, block) if block else 0)
+            into_out, on_device))
+    per_slice = peak + (slice_view_bytes(terms, shapes, block) if block and not device else 0)
     # the loop's objects, and its list of the full slice's shapes (``sliced_contract``)
     loop = slice_loop_bytes(sizes, block) + sys.getsizeof(sliced) + \
-        sum(map(sys.getsizeof, sliced)) if block else 0
+        sum(map(sys.getsizeof, sliced)) if block and not device else 0
     name = dtype.name               # a Python property in NumPy: ~1.5 us, once, not per operand
     casts = sum(math.prod(s) * dtype.itemsize for s, dt in zip(shapes, operand_dtypes or ())
                 if dt != name and np.dtype(dt) != dtype)
@@ -178,27 +181,29 @@ def sliced_contract(equation: str, path, slices, arrays: Sequence[np.ndarray], o
     worker sums its run of slices into a buffer of the result's size (``slice_workers``
     counts it), added up in worker order, so the result is the same on every call.
     ``matmul(a, b, c)`` runs the steps' GEMMs; ``contraction``: the ``PathContraction`` of
-    ``equation`` along ``path`` to run (default a shared one, which keeps no arenas)."""
-    arrays = promote_operands(arrays)
+    ``equation`` along ``path`` to run (default a shared one, which keeps no arenas; its
+    ``xp`` is the arrays' module: NumPy, or cupy)."""
+    xp = contraction.xp if contraction is not None else np
+    arrays = promote_operands(arrays, xp)
     if path is None:
         path = default_path(equation, [a.shape for a in arrays])
     contract = contraction or path_contraction(equation, tuple(tuple(p) for p in path))
     if not slices:   # one run of the whole path, straight into ``out``
         res = contract.run(arrays, out, matmul)
         if out is None:
-            return np.array(res, copy=True) if any(np.may_share_memory(res, a)
+            return xp.array(res, copy=True) if any(xp.may_share_memory(res, a)
                                                    for a in arrays) else res
         if res is not out:
-            np.copyto(out, res, casting="unsafe")
+            xp.copyto(out, res, casting="unsafe")
         return out
     terms, output = contract.terms, contract.output
     sizes = label_sizes(equation, [a.shape for a in arrays])
     blocks = [1] * len(slices) if blocks is None else list(blocks)
     pairs = [(c, b) for c, b in zip(slices, blocks) if c in sizes]
     shape = tuple(sizes[c] for c in output)
-    dtype = np.result_type(*arrays)
+    dtype = arrays[0].dtype   # (promoted: every operand's)
     if out is None:
-        out = np.empty(shape, dtype=dtype)
+        out = xp.empty(shape, dtype=dtype)
     outer = [(c, b) for c, b in pairs if c in output]
     inner = [(c, b) for c, b in pairs if c not in output]
     # slices are made one at a time from their index: a list of them grows with the count
@@ -221,6 +226,8 @@ def _run_slices(contract, arrays, terms, output, regions, parts, out, shape, dty
     ``act``: the progress activity told of each slice done, or None; ``full``: the full
     slice's operand shapes."""
 
+    xp = contract.xp
+
     def fill(target, region, lo: int, hi: int) -> None:
         for k in range(lo, hi):
             if act is not None:
@@ -230,7 +237,7 @@ def _run_slices(contract, arrays, terms, output, regions, parts, out, shape, dty
             if k == lo:
                 res = contract.run(views, target, matmul, full)
                 if res is not target:
-                    np.copyto(target, res, casting="unsafe")
+                    xp.copyto(target, res, casting="unsafe")
                 continue
             res = contract.run(views, None, matmul, full)
             target += res
@@ -251,7 +258,7 @@ def _run_slices(contract, arrays, terms, output, regions, parts, out, shape, dty
         threads.run_parallel(run_regions, threads.split(len(regions), workers), workers)
     else:
         def run_parts(span):
-            target = out if span[0] == 0 else np.empty(shape, dtype=dtype)
+            target = out if span[0] == 0 else xp.empty(shape, dtype=dtype)
             fill(target, regions[0], span[0], span[1])
             return target
         partial = threads.run_parallel(run_parts, threads.split(len(parts), workers), workers)

@@ -314,3 +314,48 @@ def test_labels_of_size_one_are_dropped_so_intermediates_stay_within_numpy_s_dim
     arrays2 = _arrays(s2, "float64", 8)
     got2 = PathContraction(eq2, [(0, 1), (0, 1)])(*arrays2)
     np.testing.assert_allclose(got2, np.einsum(eq2, *arrays2), rtol=1e-12)
+
+
+def test_another_array_module_runs_the_steps_the_arena_and_the_slices(small_steps):
+    # the cupy backend runs a network's path with ``xp=cupy``: the arena, the promoted
+    # operands, the einsum steps and a sliced loop's result come from ``xp`` (here NumPy
+    # behind a counting stand-in; tests/backends/test_cupy_networks.py runs cupy itself)
+    from types import SimpleNamespace
+
+    from graphopt.sliced_contraction import sliced_contract
+
+    calls = {"empty": 0, "einsum": 0, "asarray": 0}
+
+    def counted(name):
+        def f(*a, **k):
+            calls[name] += 1
+            return getattr(np, name)(*a, **k)
+        return f
+    xp = SimpleNamespace(empty=counted("empty"), einsum=counted("einsum"),
+                         asarray=counted("asarray"), copyto=np.copyto, array=np.array,
+                         may_share_memory=np.may_share_memory, matmul=np.matmul)
+    eq, shapes = rand_equation(8, 3, seed=4, d_min=2, d_max=4)
+    arrays = _arrays(shapes, "float64", 4)
+    path = opt_einsum.contract_path(eq, *arrays, optimize="greedy")[0]
+    expected = opt_einsum.contract(eq, *arrays, optimize=path)
+    pc = PathContraction(eq, path, keep_arenas=True, xp=xp)
+    gemms = []
+    got = pc(*arrays, matmul=lambda a, b, c: gemms.append(1) or np.matmul(a, b, out=c))
+    np.testing.assert_allclose(got, expected, rtol=1e-12, atol=1e-12)
+    prog = next(iter(pc._programs.values()))
+    n_einsum = sum(s.gemm is None for s in prog.steps)
+    assert calls["einsum"] == n_einsum and len(gemms) == len(prog.steps) - n_einsum
+    # the arena (kept for the next call), and any product made outside it
+    assert prog.arena_bytes > 0 and calls["asarray"] == len(arrays) and calls["empty"] >= 1
+    assert pc.idle_arena_bytes() >= prog.arena_bytes
+    # on a device every pair a GEMM maps is one, however small (no einsum parsed per call)
+    small, small_shapes = rand_equation(8, 3, seed=4, d_min=2, d_max=2)
+    small_path = opt_einsum.contract_path(small, *_arrays(small_shapes, "float64", 4))[0]
+    on_host = PathContraction(small, small_path).program(small_shapes, "float64")
+    on_device = PathContraction(small, small_path, xp=xp).program(small_shapes, "float64")
+    assert sum(s.gemm is None for s in on_host.steps) >= 5
+    assert all(s.gemm is not None for s in on_device.steps)
+    sizes = dict(zip("".join(split(eq)[0]), [d for s in shapes for d in s]))
+    label = max(sizes, key=sizes.get)
+    sliced = sliced_contract(eq, path, [label], arrays, contraction=pc)
+    np.testing.assert_allclose(sliced, expected, rtol=1e-12, atol=1e-12)
