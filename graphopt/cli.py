@@ -163,7 +163,7 @@ def find_benchmarks(start: Path | None = None) -> Path | None:
 
 BENCH_SUITES = ("run", "networks", "first_contract", "sliced_networks", "integer_networks",
                 "compile_time", "memory", "concurrency", "slices", "math_kernels",
-                "dask_slicing", "gpu")
+                "dask_slicing", "gpu", "gpu_networks")
 
 
 def cmd_bench(args) -> int:

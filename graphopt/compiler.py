@@ -244,7 +244,9 @@ def compile(graph, backend: str = "auto", opt_level: int = 2, memory_limit=None,
     def context(whole_contraction: bool) -> PassContext:
         return PassContext(opt_level=opt_level, memory_limit=memory_limit, optimize=optimize,
                            backend=backend_name, options=dict(options), debug=bool(debug),
-                           whole_contraction=whole_contraction)
+                           whole_contraction=whole_contraction,
+                           slices_at_once=backend_obj.slices_at_once,
+                           combo_rate=backend_obj.combo_rate)
 
     ctx = context(whole)
     source = G   # (a builder lends its own graph: passes never change their input)

@@ -64,6 +64,7 @@ from . import path_searchers as searchers
 from .errors import GraphError
 from .paths import Steps, play
 from .search_budget import (
+    COMBO_RATE,
     FAST_GREEDY_COSTMODS,
     FAST_GREEDY_SECONDS_PER_TENSOR,
     FIRST_TRIALS,
@@ -98,9 +99,11 @@ class _Search:
     """One search's state (see the module docstring for its steps): the best path so far,
     the start it came from, the counted seconds and what ran."""
 
-    def __init__(self, terms, output, sizes, time_budget: float | None):
+    def __init__(self, terms, output, sizes, time_budget: float | None,
+                 combo_rate: float = COMBO_RATE):
         self.terms, self.output, self.sizes = terms, output, sizes
         self.time_budget, self.t0 = time_budget, time.perf_counter()
+        self.combo_rate = combo_rate
         self.best = self.first = None
         self.greedy = "greedy"         # the start's name
         self.python_greedy = False     # whether opt_einsum's greedy ran
@@ -114,7 +117,7 @@ class _Search:
 
     def budget(self) -> float:     # follows the best path so far: asked each time
         return self.time_budget if self.time_budget is not None else \
-            default_budget(self.best)
+            default_budget(self.best, self.combo_rate)
 
     def hyper(self) -> bool:
         """Whether the hyper-optimizer runs by the clock after the counted steps."""
@@ -327,16 +330,17 @@ class _Search:
         return {"searcher": self.searcher(), "only_fast_greedy": self.only_fast_greedy(),
                 "trials": self.rust_trials + self.oe_trials + self.hyper_trials,
                 "seconds": round(self.elapsed(), 4), "budget_seconds": self.budget(),
-                "estimated_run_seconds": estimated_seconds(self.best),
+                "estimated_run_seconds": estimated_seconds(self.best, self.combo_rate),
                 "greedy": self.greedy, "greedy_combo": self.first.combo,
                 "greedy_flops": self.first.flops, "combo": self.best.combo}
 
 
-def search(terms, output, sizes, time_budget: float | None, start: Steps | None = None):
+def search(terms, output, sizes, time_budget: float | None, start: Steps | None = None,
+           combo_rate: float = COMBO_RATE):
     """Search without the cache: ``(best steps, record)`` (see the module docstring);
     ``start``: a path found before (a cache entry searched with a smaller budget), kept
-    where it is cheaper than the greedy start."""
-    run = _Search(terms, output, sizes, time_budget)
+    where it is cheaper than the greedy start; ``combo_rate``: as ``find_path``'s."""
+    run = _Search(terms, output, sizes, time_budget, combo_rate)
     run.start()
     if start is not None:
         run.keep(start)
@@ -363,9 +367,10 @@ def search(terms, output, sizes, time_budget: float | None, start: Steps | None 
 
 
 def find_path(terms: Sequence[str], output: str, sizes: dict,
-              time_budget: float | None = None, cache: bool = True) -> tuple[Steps, dict]:
+              time_budget: float | None = None, cache: bool = True,
+              combo_rate: float = COMBO_RATE) -> tuple[Steps, dict]:
     """The best path found for ``terms -> output`` within ``time_budget`` seconds (None: the
-    default budget), and a record:
+    default budget, at the backend's ``combo_rate``: ``Backend.combo_rate``), and a record:
     searcher, trials, seconds, budget_seconds, estimated_run_seconds, greedy (the start:
     "cotengrust greedy (costmod c)" or opt_einsum's "greedy"), greedy_combo, greedy_flops,
     combo, only_fast_greedy (nothing but cotengrust's greedy ran), ``cache`` ("hit", "miss"
@@ -374,25 +379,26 @@ def find_path(terms: Sequence[str], output: str, sizes: dict,
     terms, sizes = list(terms), {c: int(s) for c, s in sizes.items()}
     check_time_budget(time_budget)
     if not cache:
-        steps, rec = search(terms, output, sizes, time_budget)
+        steps, rec = search(terms, output, sizes, time_budget, combo_rate=combo_rate)
         return steps, dict(rec, cache="off")
     key = path_cache.network_key(terms, output, sizes)
     kept = path_cache.cached(key, terms, output, sizes)
     if kept is not None:
         steps, entry = kept
-        asked = time_budget if time_budget is not None else default_budget(steps)
+        asked = time_budget if time_budget is not None else default_budget(steps, combo_rate)
         if entry["budget_seconds"] >= asked:
             return steps, {"searcher": entry["searcher"], "trials": 0, "seconds": 0.0,
                            "budget_seconds": entry["budget_seconds"],
-                           "estimated_run_seconds": estimated_seconds(steps),
+                           "estimated_run_seconds": estimated_seconds(steps, combo_rate),
                            "greedy": entry.get("greedy", "greedy"),
                            "greedy_combo": entry.get("greedy_combo", steps.combo),
                            "greedy_flops": entry.get("greedy_flops"),
                            "combo": steps.combo, "cache": "hit",
                            "searched_seconds": entry.get("seconds", 0.0)}
-        steps, rec = search(terms, output, sizes, time_budget, start=steps)
+        steps, rec = search(terms, output, sizes, time_budget, start=steps,
+                            combo_rate=combo_rate)
     else:
-        steps, rec = search(terms, output, sizes, time_budget)
+        steps, rec = search(terms, output, sizes, time_budget, combo_rate=combo_rate)
     entry = {"path": [list(p) for p in steps.path], "searcher": rec["searcher"],
              "budget_seconds": rec["budget_seconds"], "seconds": rec["seconds"],
              "greedy": rec["greedy"], "greedy_combo": rec["greedy_combo"],

@@ -194,28 +194,20 @@ class Plan(StepsIntrospection):
 
     def measure_peak_bytes(self, *args, **kwargs) -> int:
         """What one call on these inputs allocates at once beside its inputs and outputs, as
-        ``tracemalloc`` counts (arrays and the call's Python objects), to set beside
+        the backend counts (``Backend.allocation_meter``: on the host ``tracemalloc``'s
+        arrays and the call's Python objects; on a GPU the device allocations), to set beside
         ``predicted_peak_bytes`` (which counts arrays). Two calls run first, unmeasured, so
         that what a process sets up once is not counted (the first call's imports make the
         second list the BLAS libraries again); then the plan's kept arenas and the pool's
         buffers are released, so the arena is counted as on a first call."""
-        import tracemalloc
-
         for _ in range(2):
             self(*args, **kwargs)
         self.release_arenas()
         self.pool.clear()
-        tracing = tracemalloc.is_tracing()
-        if not tracing:
-            tracemalloc.start()
-        try:
-            base = tracemalloc.get_traced_memory()[0]
-            tracemalloc.reset_peak()
+        with self.backend.allocation_meter() as peak_of:
             results = self(*args, **kwargs)
-            peak = tracemalloc.get_traced_memory()[1] - base
-        finally:
-            if not tracing:
-                tracemalloc.stop()
+            self.backend.synchronize()
+        peak = peak_of()
         leaves = results.values() if isinstance(results, dict) else \
             results if isinstance(results, (tuple, list)) else [results]
         self._measured_peak = peak - sum(getattr(r, "nbytes", 0) for r in leaves)

@@ -87,14 +87,16 @@ FIRST_TRIALS = 8
 FIRST_TRIALS_SHARE = 0.1
 
 
-def estimated_seconds(steps: Steps) -> float:
-    """Run time of ``steps`` the budget rule assumes: its combo cost at ``COMBO_RATE``."""
-    return steps.combo / COMBO_RATE
+def estimated_seconds(steps: Steps, rate: float = COMBO_RATE) -> float:
+    """Run time of ``steps`` the budget rule assumes: its combo cost at ``rate`` a second
+    (the backend's, ``Backend.combo_rate``: ``COMBO_RATE`` on the host)."""
+    return steps.combo / rate
 
 
-def default_budget(steps: Steps) -> float:
-    """Seconds of search a path of ``steps`` is worth by default (see the module docstring)."""
-    return min(DEFAULT_MAX_SECONDS, SEARCH_FRACTION * estimated_seconds(steps))
+def default_budget(steps: Steps, rate: float = COMBO_RATE) -> float:
+    """Seconds of search a path of ``steps`` is worth by default (see the module docstring)
+    on a backend that runs ``rate`` combo cost a second."""
+    return min(DEFAULT_MAX_SECONDS, SEARCH_FRACTION * estimated_seconds(steps, rate))
 
 
 def sharing_pairs(terms: Sequence[str]) -> int:

@@ -82,14 +82,16 @@ REPATH_ROUNDS, REPATH_SECONDS, REPATH_MIN_SECONDS = 3, 0.25, 0.01
 SLICE_RECONF_SECONDS_PER_TENSOR = 3e-3
 
 
-def sliced_seconds(flops: int, n_slices: int, n_terms: int) -> float:
+def sliced_seconds(flops: int, n_slices: int, n_terms: int, rate: float = COMBO_RATE) -> float:
     """Estimated run time of ``n_slices`` slices of a path over ``n_terms`` operands that
-    cost ``flops`` in all: the FLOPs at ``COMBO_RATE``, and ``SLICE_STEP_SECONDS`` per step
-    of each slice. What the search ranks slicings by, and what sets its budget."""
-    return flops / COMBO_RATE + n_slices * max(1, n_terms - 1) * SLICE_STEP_SECONDS
+    cost ``flops`` in all: the FLOPs at ``rate`` (the backend's ``combo_rate``), and
+    ``SLICE_STEP_SECONDS`` per step of each slice. What the search ranks slicings by, and
+    what sets its budget."""
+    return flops / rate + n_slices * max(1, n_terms - 1) * SLICE_STEP_SECONDS
 
 
-def sliced_budget(plan: SlicePlan | None, time_budget: float | None, n_terms: int) -> float:
+def sliced_budget(plan: SlicePlan | None, time_budget: float | None, n_terms: int,
+                  rate: float = COMBO_RATE) -> float:
     """Seconds the search of a contraction sliced as ``plan`` (the best found so far) is
     worth (module docstring); with no slicing found yet, what the counted steps cost: a
     refusal is what the search saves."""
@@ -98,7 +100,7 @@ def sliced_budget(plan: SlicePlan | None, time_budget: float | None, n_terms: in
     if plan is None:
         return SLICE_RECONF_SECONDS_PER_TENSOR * n_terms * len(TARGET_FRACTIONS)
     return min(DEFAULT_MAX_SECONDS,
-               SEARCH_FRACTION * sliced_seconds(plan.flops, plan.n_slices, n_terms))
+               SEARCH_FRACTION * sliced_seconds(plan.flops, plan.n_slices, n_terms, rate))
 
 
 def sliced_key(equation: str, shapes, dtype, budget: int, workers: int) -> str:
@@ -115,8 +117,9 @@ class _SlicedSearch:
     bytes)`` so far and what ran."""
 
     def __init__(self, equation, shapes, dtype, budget, path, found, workers,
-                 operand_dtypes, time_budget):
+                 operand_dtypes, time_budget, combo_rate=COMBO_RATE):
         self.equation, self.shapes, self.dtype, self.budget = equation, shapes, dtype, budget
+        self.combo_rate = combo_rate
         self.workers, self.operand_dtypes, self.time_budget = workers, operand_dtypes, time_budget
         self.terms, self.output = split_equation(equation)
         self.sizes = label_sizes(equation, shapes)
@@ -126,7 +129,8 @@ class _SlicedSearch:
         # fit_slices refuses along one path: a searched path's own unsliced FLOPs may be
         # many times those (a 4x5 lattice under 1/24 of its peak: a billion slices)
         self.path_flops = play(self.terms, self.output, self.sizes, self.path).flops
-        self.most = MAX_FLOP_OVERHEAD * sliced_seconds(self.path_flops, 1, len(self.terms))
+        self.most = MAX_FLOP_OVERHEAD * sliced_seconds(self.path_flops, 1, len(self.terms),
+                                                       combo_rate)
         self.ran: list[str] = []
         self.considered: set = set()
         self.counted, self.repaths = 0.0, 0     # counted seconds of steps 1-2; step 2's rounds
@@ -136,7 +140,8 @@ class _SlicedSearch:
         self.largest_budget = 0.0     # the largest the budget was, as it followed the search
 
     def seconds_of(self, fit) -> float:
-        return sliced_seconds(fit[1].flops, fit[1].n_slices, len(self.terms))
+        return sliced_seconds(fit[1].flops, fit[1].n_slices, len(self.terms),
+                              self.combo_rate)
 
     def seconds(self) -> float:     # follows the best slicing so far: asked each time
         if self.best is None and self.dear and self.time_budget is None:
@@ -144,7 +149,7 @@ class _SlicedSearch:
             seconds = min(DEFAULT_MAX_SECONDS, SEARCH_FRACTION * self.most)
         else:
             seconds = sliced_budget(self.best[1] if self.best else None, self.time_budget,
-                                    len(self.terms))
+                                    len(self.terms), self.combo_rate)
         self.largest_budget = max(self.largest_budget, seconds)
         return seconds
 
@@ -281,8 +286,8 @@ class _SlicedSearch:
 
 def search_sliced_path(equation: str, shapes, dtype, budget: int, path, found=None,
                        workers: int = 1, operand_dtypes=None,
-                       time_budget: float | None = None,
-                       cache: bool = True) -> tuple[list, SlicePlan, int, dict]:
+                       time_budget: float | None = None, cache: bool = True,
+                       combo_rate: float = COMBO_RATE) -> tuple[list, SlicePlan, int, dict]:
     """``(path, plan, workspace bytes, record)``: the fastest slicing within ``budget``
     bytes that the search finds (module docstring), starting from ``path`` and ``found``
     (``fit_slices``'s ``(path, plan, workspace bytes)`` along it, or None where no slicing
@@ -292,7 +297,7 @@ def search_sliced_path(equation: str, shapes, dtype, budget: int, path, found=No
     ``GraphError`` where nothing found fits."""
     check_time_budget(time_budget)
     run = _SlicedSearch(equation, shapes, dtype, budget, path, found, workers,
-                        operand_dtypes, time_budget)
+                        operand_dtypes, time_budget, combo_rate)
 
     def result(rec):
         if run.best is None:

@@ -6,6 +6,7 @@ and supplies the profiler's clock. ``available()`` is cheap and imports nothing 
 
 from __future__ import annotations
 
+import contextlib
 import time
 from types import MappingProxyType
 
@@ -14,6 +15,7 @@ import numpy as np
 
 from ..errors import GraphError
 from ..kernel import Kernel
+from ..search_budget import COMBO_RATE
 
 
 class Backend:
@@ -38,6 +40,12 @@ class Backend:
     # pairwise nodes the contraction pass would emit for it (``contraction_program``): a graph
     # that is one contraction then compiles by ``CONTRACTION_ONLY_PIPELINE``.
     runs_contraction_paths = False
+    # Runs several slices of a sliced contraction at once (on host threads): the slicing
+    # pass may cut slices for that many workers. A GPU runs them one after another.
+    slices_at_once = True
+    # Combo cost (FLOPs plus bytes written) a second that sizes the default path-search
+    # budget (``search_budget``: a fraction of the run time it gives the best path so far)
+    combo_rate = COMBO_RATE
 
     def __init__(self, **options):
         self.options = options
@@ -64,6 +72,26 @@ class Backend:
         from ..pool import host_memory_bytes
 
         return host_memory_bytes()
+
+    @contextlib.contextmanager
+    def allocation_meter(self):
+        """Meter what the code inside allocates at once: yields ``peak()``, the most bytes
+        it held together beyond what was held when it began. Host: ``tracemalloc`` (NumPy's
+        arrays and Python's objects)."""
+        import tracemalloc
+
+        tracing = tracemalloc.is_tracing()
+        if not tracing:
+            tracemalloc.start()
+        try:
+            base = tracemalloc.get_traced_memory()[0]
+            tracemalloc.reset_peak()
+            peak = []
+            yield lambda: peak[0]
+            peak.append(tracemalloc.get_traced_memory()[1] - base)
+        finally:
+            if not tracing:
+                tracemalloc.stop()
 
     def alloc(self, nbytes: int):
         """A 1-d uint8 buffer of ``nbytes`` (the arena)."""

@@ -7,7 +7,7 @@ dtypes ``einsum_matmul``'s) or as ``np.einsum`` (small pairs, outer products in 
 dtypes, traces, diagonals). ``gemm.einsum_is_faster``, the rule the contraction
 program's steps follow too, decides between them (``contraction_candidates``); at
 ``opt_level=3`` both are timed on the real shapes; ``kernel_forms`` pins one. A node of
-more than two operands, or a sliced one, runs along its path (``numpy_ref.sliced_kernel``).
+more than two operands, or a sliced one, runs along its path (``path_kernel.host_path_kernel``).
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from ..gemm import (
 from ..kernel import Kernel
 from ..paths import label_sizes
 from .cpu_gemm import threaded_matmul
-from .numpy_ref import sliced_kernel
+from .path_kernel import host_path_kernel
 from .timing import median_seconds, sample_array
 
 # Rates of a 2-core x86 machine for the cost model's predictions (only their ratios matter;
@@ -60,7 +60,7 @@ def einsum_kernel(G, n, opt_level: int, form: str = "auto") -> Kernel:
     d = G.nodes[n]
     a = d["attrs"]
     if runs_along_path(G, n):
-        return sliced_kernel(G, n)
+        return host_path_kernel(G, n)
     operands = ir.operands(G, n)
     shapes = [tuple(G.nodes[u]["shape"]) for u in operands]
     run, impl, details, source = contraction(a["equation"], shapes, d["dtype"], opt_level,

@@ -3,6 +3,9 @@
 - Fused groups and single elementwise/reduction ops become generated
   ``cupy.ElementwiseKernel``/``ReductionKernel`` stages (``cuda_codegen``), cached by the
   group's structural key; groups the generator cannot express run op by op on cupy.
+- A sliced or many-operand einsum (a tensor network) runs along its path on the device
+  (``path_kernel``: each step a cuBLAS GEMM or ``cupy.einsum`` in one arena, slice by slice
+  within the memory limit the slicing pass met).
 - Pairwise einsums run as one cuBLAS strided-batched GEMM called directly (any transposes
   and pre-sums first) or through ``cupy.einsum``, chosen by a cost model and, at
   ``opt_level=3``, by timing. A scalar ``* c`` / ``/ c`` epilogue becomes the GEMM's alpha.
@@ -16,6 +19,7 @@ Every cupy import is inside a function: importing graphopt never imports cupy.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib.util
 import math
@@ -25,7 +29,7 @@ import numpy as np
 
 from .. import ir
 from ..errors import GraphError
-from ..fused import node_subgraph
+from ..fused import node_subgraph, runs_along_path
 from ..kernel import Kernel
 from . import cuda_codegen as cg
 from .base import Backend, register_backend
@@ -33,10 +37,12 @@ from .cuda_kernels.contractions import (
     contraction_candidates,
     contraction_fn,
     contraction_source,
+    cublas_matmul,
     time_candidate,
 )
 from .cuda_kernels.graphs import CudaGraphPlan, EventStepClock
 from .cuda_kernels.runtime import eager_fn, operand_getter, program_fn
+from .path_kernel import path_kernel
 
 # --------------------------------------------------------------------------------- backend
 
@@ -76,6 +82,15 @@ class CupyBackend(Backend):
     install_hint = ("needs an NVIDIA GPU and cupy: pip install cupy-cuda12x (CUDA 12) or "
                     "cupy-cuda13x (CUDA 13)")
     host_arrays = False     # inputs are copied to the device
+    # a network (one contraction of inputs) is one node run along its path on the device
+    # (``path_kernel``); its slices run one after another on the stream
+    runs_contraction_paths = True
+    slices_at_once = False
+    # the default path-search budget follows a path's run time here: an H200 ran a 64-tensor
+    # complex128 lattice's 3.2e11 combo cost in 28 ms (1.1e13 a second; benchmarks/
+    # gpu_networks.py), where the host's rate gave it 20 s of search. Conservative, as the
+    # host's is: smaller networks run at a fraction of it (per-step launches)
+    combo_rate = 2e12
 
     def __init__(self, **options):
         super().__init__(**options)
@@ -99,6 +114,30 @@ class CupyBackend(Backend):
         import cupy
 
         return int(cupy.cuda.Device().mem_info[1])
+
+    @contextlib.contextmanager
+    def allocation_meter(self):
+        """Meter the device memory the code inside allocates at once (from cupy's memory
+        pool, in the pool's rounded block sizes, on this thread): yields ``peak()``."""
+        from cupy.cuda import memory_hook
+
+        class Peak(memory_hook.MemoryHook):
+            name = "graphopt_peak"
+
+            def __init__(self):
+                self.now = self.peak = 0
+
+            def malloc_postprocess(self, **kw):
+                self.now += kw["mem_size"]
+                self.peak = max(self.peak, self.now)
+
+            def free_postprocess(self, **kw):
+                self.now -= kw["mem_size"]
+
+        hook = Peak()
+        self.synchronize()
+        with hook:
+            yield lambda: hook.peak
 
     def alloc(self, nbytes: int):
         import cupy
@@ -148,6 +187,10 @@ class CupyBackend(Backend):
     def kernel(self, G, n, ctx) -> Kernel:
         d = G.nodes[n]
         _check_options(ctx.options)
+        if d["op"] == "einsum" and runs_along_path(G, n):
+            import cupy
+
+            return path_kernel(G, n, "cupy-sliced", cupy, cublas_matmul(d["dtype"]))
         sub = d["attrs"]["graph"] if d["op"] == "fused" else node_subgraph(G, n)
         operands = ir.operands(G, n)
         literals = {k: np.asarray(G.nodes[u]["attrs"]["value"]).reshape(()).item()

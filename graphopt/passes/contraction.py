@@ -143,7 +143,8 @@ def _unconstrained(fn, m: Merged, ctx) -> tuple[Steps | None, dict | None]:
         if budget is not None and ctx.memory_limit is not None:
             budget = budget * search_budget.LIMITED_UNSLICED_SHARE
         return path_search.find_path(m.terms, m.output, m.sizes, time_budget=budget,
-                                     cache=ctx.options.get("path_cache", True))
+                                     cache=ctx.options.get("path_cache", True),
+                                     combo_rate=ctx.combo_rate)
     return search(fn, m, None), None
 
 

@@ -21,6 +21,7 @@ import networkx as nx
 from .. import ir, progress
 from ..env import env_flag
 from ..errors import GraphError
+from ..search_budget import COMBO_RATE
 from .instruments import CheckSemantics, DumpIR, PassInstrument
 
 
@@ -62,6 +63,12 @@ class PassContext:
     # The graph is one contraction of graph inputs, compiled by ``CONTRACTION_ONLY_PIPELINE``:
     # the contraction pass keeps its group as one node, run along its path.
     whole_contraction: bool = False
+    # The backend may run several slices of a sliced contraction at once (``Backend.
+    # slices_at_once``: on host threads); a GPU runs them one after another on its stream.
+    slices_at_once: bool = True
+    # Combo cost (FLOPs plus bytes written) the backend runs a second (``Backend.combo_rate``):
+    # the default path-search budget follows the run time it gives a path
+    combo_rate: float = COMBO_RATE
     # Bytes of ``memory_limit`` kept for the largest step workspace: ``compile`` sets it to
     # what a first plan's steps reported when that plan's arena fit but its peak did not.
     workspace_reserve: int = 0

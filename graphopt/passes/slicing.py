@@ -19,8 +19,9 @@ node as a loop over slices (``sliced_contraction.sliced_contract``) or as one ta
 slice (dask). With more than one thread (``compile(threads=)``, else the machine's) it may
 cut smaller slices to run ``attrs["slice_workers"]`` of them at once, where that costs at
 most ``PARALLEL_FLOP_OVERHEAD`` times the FLOPs, their workspaces fit the share together
-and their steps keep that many threads busy (``_workers``: ``threads.useful_threads``). Without
-a memory limit the pass changes nothing.
+and their steps keep that many threads busy (``_workers``: ``threads.useful_threads``); not
+on a backend that runs them one after another (``PassContext.slices_at_once``: a GPU).
+Without a memory limit the pass changes nothing.
 
 Where no slicing fits, compilation stops here with a ``GraphError`` naming the node, its
 equation and the numbers. The compiler then holds the whole plan (arena plus the largest
@@ -48,6 +49,7 @@ from ..einsum import split as split_equation
 from ..errors import GraphError
 from ..path_searchers import reordered_for_peak
 from ..paths import default_path, label_sizes, play
+from ..search_budget import COMBO_RATE
 from ..slice_search import fit_slices
 from ..sliced_contraction import contraction_workspace_bytes, slice_workers, splits_result
 from ..sliced_path_search import search_sliced_path
@@ -88,7 +90,7 @@ def held_around(G: nx.MultiDiGraph, n: int) -> int:
 
 
 def _slice_node(G, n, limit: int, optimize, budget: int = 1, options=None,
-                spent: float = 0.0) -> dict | None:
+                spent: float = 0.0, combo_rate: float = COMBO_RATE) -> dict | None:
     """The slicing record of node ``n`` (None where its path already runs within its share
     of ``limit``; see the module docstring).
 
@@ -136,7 +138,7 @@ def _slice_node(G, n, limit: int, optimize, budget: int = 1, options=None,
             new_path, plan, _, searched = search_sliced_path(
                 eq, shapes, dtype, share, path, found, 1, dtypes,
                 time_budget=None if path_time is None else max(0.0, path_time - spent),
-                cache=options.get("path_cache", True))
+                cache=options.get("path_cache", True), combo_rate=combo_rate)
         except GraphError:
             raise refusal from None
     except GraphError as e:
@@ -197,10 +199,11 @@ def slicing(G: nx.MultiDiGraph, ctx) -> PassResult:
                   if G.nodes[n]["op"] == "einsum" and G.in_degree(n) > 2] if limit else []
     records, repathed = [], []
     if limit is not None:
-        budget = threads.budget_for(ctx.options.get("threads"), local=False)[0]
+        budget = threads.budget_for(ctx.options.get("threads"), local=False)[0] \
+            if ctx.slices_at_once else 1
         for n in candidates:
             rec = _slice_node(G, n, int(limit), ctx.optimize, budget, ctx.options,
-                              ctx.path_seconds.get(n, 0.0))
+                              ctx.path_seconds.get(n, 0.0), ctx.combo_rate)
             if rec is None:
                 continue
             attrs = dict(H.nodes[n]["attrs"], path=[tuple(p) for p in rec["path"]])

@@ -53,8 +53,7 @@ def contraction_fn(impl: str, eq: str, shapes, dtype: str, path=None, alpha=1):
 
     if impl == "cublas-gemm" and dtype in Cublas.TYPES:
         p = gemm_plan(eq, shapes)
-        cublas = Cublas.get()
-        matmul = lambda x, y, z: cublas.gemm(x, y, z, alpha)  # noqa: E731
+        matmul = cublas_matmul(dtype, alpha)
 
         def gemm(views, dest):
             a, b = (v.astype(dtype, copy=False) for v in views)
@@ -68,6 +67,16 @@ def contraction_fn(impl: str, eq: str, shapes, dtype: str, path=None, alpha=1):
         fn(views, dest)
         cupy.multiply(dest, dest.dtype.type(alpha), out=dest)
     return scaled
+
+
+def cublas_matmul(dtype: str, alpha=1):
+    """``matmul(a, b, c)``: ``c = alpha * a @ b`` by cuBLAS's strided-batched GEMM called
+    directly (capturable in a CUDA graph), or None in a dtype cuBLAS does not multiply
+    (integers, bool: cupy's own kernels)."""
+    if dtype not in Cublas.TYPES:
+        return None
+    cublas = Cublas.get()
+    return lambda x, y, z: cublas.gemm(x, y, z, alpha)
 
 
 def _unscaled_contraction_fn(impl: str, eq: str, shapes, dtype: str, path):
