@@ -67,12 +67,15 @@ def cached_plans() -> list:
 
 
 def _outline(G: nx.MultiDiGraph) -> tuple:
-    """What every graph of the same structural hash shares, read without walking its nodes:
-    its node and input counts and its outputs' shapes, dtypes, ops and equations (a
-    network's einsum: networks of as many tensors, compiled one after another, are told
-    apart without hashing each)."""
+    """What every graph of the same structural hash shares, read without walking its other
+    nodes: its node count, its inputs' shapes and dtypes, and its outputs' shapes, dtypes,
+    ops and equations (a network's einsum: networks compiled one after another, of as many
+    tensors or of one equation on other sizes, are told apart without hashing each: 0.6 ms
+    of a 200-tensor MPS product's 10.7 ms ``go.contract``)."""
     nodes = G._node
-    return (len(nodes), len(G.graph.get("inputs", ())),
+    return (len(nodes),
+            tuple((tuple(nodes[i]["shape"]), nodes[i]["dtype"])
+                  for i in G.graph.get("inputs", ()) if i in nodes),
             tuple((tuple(nodes[o]["shape"]), nodes[o]["dtype"], nodes[o]["op"],
                    nodes[o]["attrs"].get("equation"))
                   for o in G.graph.get("outputs", ()) if o in nodes))

@@ -143,7 +143,7 @@ def test_compile_cache():
 def test_compile_cache_tells_graphs_of_one_outline_apart(monkeypatch):
     """Graphs of the same node count, inputs, output shape and output op but other ops
     within are hashed (once each) and get their own plans; the first compile of an outline
-    hashes nothing, and one of another output op or equation is not hashed."""
+    hashes nothing, and one of another output op, equation or input shapes is not hashed."""
     compiler.clear_cache()
     hashed = []
     real = compiler.ir.structural_hash
@@ -180,7 +180,11 @@ def test_compile_cache_tells_graphs_of_one_outline_apart(monkeypatch):
     a_, b_ = g.input("x", (3, 3)), g.input("y", (3, 3))
     g.output(go.einsum("ij,ij->", a_, b_))
     go.compile(g, backend="numpy")
-    assert len(hashed) == 4 and len(compiler.cached_plans()) == 6
+    g = go.Graph("one_outline")       # one equation on other input sizes (an MPS product
+    a_, b_ = g.input("x", (2, 3)), g.input("y", (3, 4))   # at other bonds)
+    g.output(go.einsum("ij,jk->", a_, b_))
+    go.compile(g, backend="numpy")
+    assert len(hashed) == 4 and len(compiler.cached_plans()) == 7
 
 
 def test_compile_option_errors():
