@@ -437,3 +437,30 @@ def test_compile_takes_path_time_and_checks_it(cache_dir):
     for bad in (-1, "fast", float("inf")):
         with pytest.raises(GraphError, match="path_time"):
             go.compile(small, backend="numpy", path_time=bad, cache=False)
+
+
+def test_the_default_budget_follows_the_backend_s_combo_rate(cache_dir, monkeypatch):
+    # a backend that runs a path's combo cost faster (the GPU's ``combo_rate``) is worth
+    # less search: the budget is the estimated run time at its rate, and a compile for it
+    # reads the rate off the backend
+    _, terms, output, sizes, _ = network(40, 3)
+    sizes = dict.fromkeys(sizes, 8)
+    host, rec_host = path_search.find_path(terms, output, sizes, cache=False)
+    fast, rec_fast = path_search.find_path(terms, output, sizes, cache=False,
+                                           combo_rate=1e4 * search_budget.COMBO_RATE)
+    assert rec_host["budget_seconds"] > 0.05      # (so the rates' budgets differ)
+    assert rec_fast["budget_seconds"] == pytest.approx(
+        search_budget.default_budget(fast, 1e4 * search_budget.COMBO_RATE))
+    assert rec_fast["budget_seconds"] < rec_host["budget_seconds"] / 100
+    assert rec_fast["estimated_run_seconds"] == pytest.approx(
+        fast.combo / (1e4 * search_budget.COMBO_RATE))
+    seen = []
+    real = path_search.find_path
+    monkeypatch.setattr(path_search, "find_path",
+                        lambda *a, **k: seen.append(k.get("combo_rate")) or real(*a, **k))
+    g = go.Graph("rate")
+    eq = ",".join(terms) + "->" + output
+    ins = [g.input(f"t{k}", tuple(sizes[c] for c in t)) for k, t in enumerate(terms)]
+    g.output(go.einsum(eq, *ins))
+    go.compile(g, backend="numpy", cache=False, path_cache=False)
+    assert seen == [go.backends.get_backend("numpy").combo_rate] == [search_budget.COMBO_RATE]

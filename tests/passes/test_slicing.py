@@ -12,6 +12,7 @@ from graphopt import ir
 from graphopt.einsum import label
 from graphopt.errors import GraphError
 from graphopt.passes import PassContext
+from graphopt.passes.contraction import contraction as contraction_pass
 from graphopt.passes.slicing import SLICE_HEADROOM, slicing
 from graphopt.paths import default_path, play
 from graphopt.sliced_contraction import (
@@ -112,6 +113,23 @@ def test_slices_are_cut_to_run_at_once_where_it_costs_no_flops(threads):
     # sums of 262144 products: bounded by a few ulps of the same sum of |products|
     bound = 16 * np.finfo(np.float64).eps * np.einsum(eq, *[np.abs(x) for x in arrays])
     assert np.all(np.abs(plan(*arrays) - np.einsum(eq, *arrays)) <= bound)
+
+
+def test_a_backend_that_runs_slices_one_after_another_gets_slices_for_one():
+    # the cupy backend (``slices_at_once`` False): the example above, whose slices cost
+    # nothing more cut for two threads, is cut for one at a time whatever the threads
+    eq, (i, a) = "ia,ib,ic,abc->i", (1024, 64)
+    g = go.Graph("serial_slices")
+    g.output(go.einsum(eq, *(g.input(f"t{k}", s) for k, s in
+                             enumerate([(i, a), (i, a), (i, a), (a, a, a)]))))
+    G = g.to_ir()
+    limit = 8 * i * a * a // 4
+    for at_once, workers in ((True, 2), (False, 1)):
+        ctx = PassContext(memory_limit=limit, options={"threads": 2},
+                          slices_at_once=at_once)
+        H = slicing(contraction_pass(G, ctx).graph, ctx).graph
+        (n,) = [m for m in H if H.nodes[m]["attrs"].get("slices")]
+        assert H.nodes[n]["attrs"]["slice_workers"] == workers
 
 
 def test_slices_run_one_at_a_time_where_two_at_once_do_not_fit():
