@@ -93,12 +93,15 @@ def _check(got, eq, arrays, dtype):
     if dtype == "int64":
         np.testing.assert_array_equal(got, expected)
         return
-    # bound: the sum of |terms| (the same contraction of |operands|) times a few ulps per
-    # operand, in the plan's dtype
+    assert np.all(np.abs(got - expected) <= _tolerance(eq, arrays, dtype))
+
+
+def _tolerance(eq, arrays, dtype):
+    """The bound on each element's error: the sum of |terms| (the same contraction of
+    |operands|) times a few ulps per operand, in the plan's dtype."""
     scale = np.abs(opt_einsum.contract(eq, *[np.abs(a).astype(np.float64) for a in arrays],
                                        optimize="greedy"))
-    tol = 8 * len(arrays) * np.finfo(dtype).eps * (scale + np.finfo(np.float64).tiny)
-    assert np.all(np.abs(got - expected) <= tol)
+    return 8 * len(arrays) * np.finfo(dtype).eps * (scale + np.finfo(np.float64).tiny)
 
 
 @settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -164,3 +167,48 @@ def test_paths_searched_with_their_slices_run_right_within_the_limit(net, fracti
     # slice-and-reconfigure, with cotengra's own slicing where it fits: each such plan is
     # right and within its limit, as the unsliced path's slicing is
     _check_limited(net, fraction, backend=backend, path_time=0.1, path_cache=False)
+
+
+@settings(deadline=None, suppress_health_check=[HealthCheck.too_slow], max_examples=12)
+@given(larger_networks(), st.sampled_from(["epilogue", "two outputs", "sum"]),
+       st.sampled_from([0.25, 0.5]), st.sampled_from(["numba", "numpy"]))
+def test_a_network_inside_a_larger_graph_runs_sliced_within_the_limit(net, around, fraction,
+                                                                       backend):
+    # a network followed by elementwise ops, read twice, or summed: fusion never takes its
+    # sliced einsum into a group (whose kernel ran the whole equation: 8.3 MB under a
+    # 187 kB limit, or a crash on numba), so the plan is refused or right within its limit
+    kind, eq, shapes, dtype, seed = net
+    g = go.Graph("network_in_a_graph")
+    y = go.einsum(eq, *[g.input(f"t{i}", s, dtype) for i, s in enumerate(shapes)])
+    if around == "epilogue":
+        g.output(y * 0.5 + 1.0)
+    elif around == "two outputs":
+        g.output((y, y * y))
+    else:
+        g.output(y.sum() * 3.0)
+    limit = int(go.compile(g, backend=backend, cache=False).predicted_peak_bytes * fraction)
+    try:
+        plan = go.compile(g, backend=backend, memory_limit=limit, cache=False, threads=1)
+    except go.GraphError as e:
+        assert "memory_limit" in str(e)
+        return
+    arrays = _arrays(shapes, dtype, seed)
+    wide = np.complex128 if dtype.startswith("complex") else np.float64
+    y = opt_einsum.contract(eq, *[a.astype(wide) for a in arrays], optimize="greedy")
+    tol, eps = _tolerance(eq, arrays, dtype), np.finfo(dtype).eps
+    got = plan(*arrays)
+    # each op after the network adds at most a rounding of its own result
+    if around == "epilogue":
+        assert np.all(np.abs(got - (0.5 * y + 1.0)) <= 0.5 * tol + 2 * eps * (np.abs(0.5 * y) + 1))
+    elif around == "two outputs":
+        assert np.all(np.abs(got[0] - y) <= tol)
+        square = (2 * np.abs(y) + tol) * tol + 2 * eps * np.abs(y * y)
+        assert np.all(np.abs(got[1] - y * y) <= square)
+    else:
+        total = np.sum(np.abs(y)) + np.sum(tol)
+        assert abs(got - 3.0 * np.sum(y)) <= 3.0 * (np.sum(tol) + 2 * y.size * eps * total)
+    assert not any("einsum" in ops and len(ops) > 1
+                   for ops in plan.report["fusion"].details["groups"]) or \
+        not plan.report["slicing"].details["sliced"]
+    assert plan.predicted_peak_bytes <= limit
+    assert plan.measure_peak_bytes(*arrays) <= limit
