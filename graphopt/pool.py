@@ -11,6 +11,7 @@ release: memory a finished workload used does not stay with the process.
 
 from __future__ import annotations
 
+import functools
 import os
 import threading
 import time
@@ -29,21 +30,18 @@ def env_number(name: str, default: float) -> float:
     return v if v >= 0 else default
 
 
-_host_memory: list = []      # (read once)
-
-
+@functools.lru_cache(maxsize=1)
 def host_memory_bytes() -> int | None:
-    """The memory this process may use: the machine's physical memory, or its control
-    group's limit where that is lower (a container's); None where neither can be read."""
-    if not _host_memory:
-        found = []
-        try:
-            found.append(os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
-        except (AttributeError, ValueError, OSError):
-            pass
-        found += [n for n in map(_cgroup_limit, _cgroup_limit_files()) if n is not None]
-        _host_memory.append(min(found) if found else None)
-    return _host_memory[0]
+    """The memory this process may use (read once): the machine's physical memory, or its
+    control group's limit where that is lower (a container's); None where neither can be
+    read."""
+    found = []
+    try:
+        found.append(os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
+    except (AttributeError, ValueError, OSError):
+        pass
+    found += [n for n in map(_cgroup_limit, _cgroup_limit_files()) if n is not None]
+    return min(found) if found else None
 
 
 def _cgroup_limit_files() -> list[str]:

@@ -56,6 +56,7 @@ from .search_budget import (
     HYPER_MIN_SECONDS,
     HYPER_TRIAL_SECONDS_PER_TENSOR,
     SEARCH_FRACTION,
+    SearchSteps,
     check_time_budget,
 )
 from .slice_search import MAX_FLOP_OVERHEAD, SlicePlan, fit_slices, slice_plan
@@ -133,7 +134,10 @@ class _SlicedSearch:
                                                        combo_rate)
         self.ran: list[str] = []
         self.considered: set = set()
-        self.counted, self.repaths = 0.0, 0     # counted seconds of steps 1-2; step 2's rounds
+        # the counted seconds of steps 1-2, and what they spent (``SearchSteps.spent``'s
+        # rule: the clock too, where the budget is timed); step 2's rounds
+        self.steps = SearchSteps(self.terms, self.seconds, self.elapsed)
+        self.repaths = 0
         # a slicing found fits the memory but costs more than ``most``: a narrower order may
         # slice within it cheaply (step 1b); the seconds step 1b searched for
         self.dear, self.unsliced_again = False, 0.0
@@ -153,15 +157,11 @@ class _SlicedSearch:
         self.largest_budget = max(self.largest_budget, seconds)
         return seconds
 
-    def left(self) -> float:
-        return self.seconds() - (time.perf_counter() - self.t0)
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.t0
 
-    def spent(self) -> float:
-        """Seconds of the budget used by steps 1-2: those counted, or those elapsed where
-        more and the budget is timed (``search_budget.SearchSteps.spent``'s rule)."""
-        if self.seconds() >= HYPER_MIN_SECONDS:
-            return max(self.counted, time.perf_counter() - self.t0)
-        return self.counted
+    def left(self) -> float:
+        return self.seconds() - self.elapsed()
 
     def consider(self, path, blocks=None) -> None:
         """Keep the better of ``fit_slices`` along ``path`` and, where given, the slicing
@@ -200,9 +200,9 @@ class _SlicedSearch:
         at more than ``most``, step 1b searches another path before the other targets."""
         per = SLICE_RECONF_SECONDS_PER_TENSOR * len(self.terms)
         for fraction in TARGET_FRACTIONS if searchers.cotengra_available() else ():
-            if self.spent() + per > self.seconds():
+            if self.steps.spent() + per > self.seconds():
                 return
-            self.counted += per
+            self.steps.count(per)
             target = max(1, int(self.budget * fraction) // self.itemsize)
             path, sliced = searchers.slice_reconfigured(self.terms, self.output, self.sizes,
                                                         self.path, target)
@@ -219,10 +219,10 @@ class _SlicedSearch:
         hundreds of times; a narrower order slices cheaply (a 16x16 lattice at bond 2 under
         500 kB, 1/6.5 of its peak: refused, where a 4 s search of the unsliced network
         finds an order that slices 64 ways at 4.6e8 FLOPs)."""
-        seconds = (self.seconds() - self.spent()) / 2
+        seconds = (self.seconds() - self.steps.spent()) / 2
         if self.best is not None or not self.dear or seconds < REPATH_MIN_SECONDS:
             return
-        self.counted += seconds
+        self.steps.count(seconds)
         steps, _ = path_search.find_path(self.terms, self.output, self.sizes,
                                          time_budget=seconds, cache=False)
         self.unsliced_again = round(seconds, 3)
@@ -238,10 +238,10 @@ class _SlicedSearch:
         1/16 of its peak: 3.3e9 FLOPs against slice-and-reconfigure's 6.1e9)."""
         for _ in range(REPATH_ROUNDS if self.best is not None else 0):
             # half of what is left for the search, half for slicing the path it finds
-            seconds = min(REPATH_SECONDS, (self.seconds() - self.spent()) / 2)
+            seconds = min(REPATH_SECONDS, (self.seconds() - self.steps.spent()) / 2)
             if seconds < REPATH_MIN_SECONDS:
                 return
-            self.counted += 2 * seconds
+            self.steps.count(2 * seconds)
             block = dict(zip(self.best[1].labels, self.best[1].blocks))
             sizes = {c: block.get(c, d) for c, d in self.sizes.items()}
             before = self.best
@@ -321,7 +321,7 @@ def search_sliced_path(equation: str, shapes, dtype, budget: int, path, found=No
     run.search_unsliced_again()
     run.repath_for_slices()
     searcher = run.searcher(run.by_the_clock())
-    elapsed = round(time.perf_counter() - run.t0, 4)
+    elapsed = round(run.elapsed(), 4)
     # the budget followed the best slicing as it improved: the record keeps the largest
     record.update(searcher=searcher, seconds=elapsed,
                   budget_seconds=max(run.seconds(), run.largest_budget))
