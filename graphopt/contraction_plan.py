@@ -37,7 +37,7 @@ from typing import Callable, NamedTuple, Sequence
 import numpy as np
 
 from .einsum import evaluate, first_use_equation, split, to_ascii
-from .einsum_memory import np_einsum_bytes
+from .einsum_memory import np_einsum_bytes, np_einsum_fills_no_buffer
 from .gemm import (
     BLAS_DTYPES,
     GemmPlan,
@@ -214,9 +214,14 @@ def _planned_step(equation: str, in_shapes: tuple, in_strides: tuple, blas: bool
     Memoized: the steps of a large network repeat (an MPS's bulk, a circuit's layers)."""
     equation, shape, plan, size = _plan_step(equation, in_shapes, blas, device)
     if plan is None:
-        held = np_einsum_bytes(*split(equation), size, itemsize, c_contiguous=all(
-            tuple(st) == c_strides(sh) for sh, st in zip(in_shapes, in_strides))) \
-            if len(in_shapes) <= 2 else 0
+        if len(in_shapes) <= 2:
+            terms, result = split(equation)
+            # (the operands' layouts matter only where np.einsum might fill no buffer)
+            held = np_einsum_bytes(terms, result, size, itemsize, c_contiguous=(
+                np_einsum_fills_no_buffer(terms, result) and
+                all(tuple(st) == c_strides(sh) for sh, st in zip(in_shapes, in_strides))))
+        else:
+            held = 0
         return equation, shape, None, held, c_strides(shape)
     held, res_strides = operand_scratch(plan, list(zip(in_shapes, in_strides)), itemsize,
                                         blas)
@@ -253,44 +258,43 @@ def plan_program(terms: Sequence[str], output: str, path, shapes, dtype,
     (``_plan_step``)."""
     blas = np.dtype(dtype).name in BLAS_DTYPES
     itemsize = np.dtype(dtype).itemsize
-    current = [tuple(s) for s in shapes]
-    layout = [tuple(t) for t in strides] if strides is not None else \
-        [c_strides(s) for s in current]
-    made_by: list = [None] * len(current)        # the step that made each current operand
+    # each current operand: (shape, element strides, the step that made it or None)
+    current = [(tuple(s), c_strides(s), None) for s in shapes] if strides is None else \
+        [(tuple(s), tuple(t), None) for s, t in zip(shapes, strides)]
     planned, intervals, sizes = [], {}, {}
     played = play_path(terms, output, path)
     last = len(played) - 1
     for k, (inds, picked, result) in enumerate(played):
         if len(inds) == 2:     # (nearly every step; play_path orders a pair's positions)
             i, j = inds
-            in_shapes, in_strides = (current[i], current[j]), (layout[i], layout[j])
-            for m in (made_by[i], made_by[j]):
-                if m is not None:
-                    intervals[m] = (m, k)
-            del current[j], current[i], layout[j], layout[i], made_by[j], made_by[i]
+            (sa, ta, ma), (sb, tb, mb) = current[i], current[j]
+            in_shapes, in_strides = (sa, sb), (ta, tb)
+            if ma is not None:
+                intervals[ma] = (ma, k)
+            if mb is not None:
+                intervals[mb] = (mb, k)
+            del current[j], current[i]
         else:
-            in_shapes = tuple([current[i] for i in inds])
-            in_strides = tuple([layout[i] for i in inds])
+            ins = [current[i] for i in inds]
+            in_shapes = tuple([x[0] for x in ins])
+            in_strides = tuple([x[1] for x in ins])
+            for x in ins:
+                if x[2] is not None:
+                    intervals[x[2]] = (x[2], k)
             for i in reversed(inds):
-                if made_by[i] is not None:
-                    intervals[made_by[i]] = (made_by[i], k)
-                del current[i], layout[i], made_by[i]
+                del current[i]
         eq, shape, plan, held, res_strides = _planned_step(
             first_use_equation(picked, result), in_shapes, in_strides, blas, itemsize, device)
         nbytes = math.prod(shape) * itemsize
         if plan is not None:
             # into ``out``: a product to permute is written beside it first
             scratch = held + (nbytes if k == last and plan.out_perm is not None else 0)
-            scratch_new = held + nbytes
         else:   # np.einsum writes its buffer directly; ``evaluate`` makes its own result
             scratch = nbytes if len(inds) > 2 else held
-            scratch_new = held + nbytes
-        planned.append((inds, eq, shape, plan, scratch, scratch_new))
-        current.append(shape)
-        layout.append(res_strides)
+        planned.append((inds, eq, shape, plan, scratch, held + nbytes))
         # the last result is the caller's (``out``) or new; a step of more than two
         # operands makes its own (``evaluate``)
-        made_by.append(k if k < last and len(inds) <= 2 else None)
+        current.append((shape, res_strides, k if k < last and len(inds) <= 2 else None))
         sizes[k] = nbytes
     held = {k: sizes[k] for k in intervals}
     if layout_of is not None and _fits_layout(held, layout_of, itemsize):

@@ -77,19 +77,26 @@ def abbreviate(equation: str, width: int = 80) -> str:
     return f"'{head}...->{out}' ({len(terms)} operands)"
 
 
-_LABELS: list[str] = []
+_LABELS: list[str] = list(_ASCII)   # the IR labels listed so far, in order
+_labels_lock = threading.Lock()
+
+
+def ir_labels(n: int) -> list[str]:
+    """A list whose first ``n`` items are the first ``n`` IR labels: ASCII letters first,
+    then other Unicode letters (the shared table: read it, never change it)."""
+    if len(_LABELS) < n:
+        with _labels_lock:     # (two threads appending at once would list a label twice)
+            cp = ord(_LABELS[-1]) if len(_LABELS) > 52 else 0xBF
+            while len(_LABELS) < n:
+                cp += 1
+                if is_ir_label(chr(cp)):
+                    _LABELS.append(chr(cp))
+    return _LABELS
 
 
 def label(i: int) -> str:
-    """The ``i``-th IR label: ASCII letters first, then other Unicode letters."""
-    if not _LABELS:
-        _LABELS.extend(_ASCII)
-    cp = ord(_LABELS[-1]) if len(_LABELS) > 52 else 0xBF
-    while len(_LABELS) <= i:
-        cp += 1
-        if is_ir_label(chr(cp)):
-            _LABELS.append(chr(cp))
-    return _LABELS[i]
+    """The ``i``-th IR label (``ir_labels``)."""
+    return ir_labels(i + 1)[i]
 
 
 def is_ir_label(c: str) -> bool:
@@ -113,12 +120,14 @@ def _check_labels(body: str, where) -> None:
 
 
 def _letters_for(labels: set) -> dict[str, str]:
-    """A letter for each of ``labels`` that is not one, unused by the others."""
-    odd = sorted(c for c in labels if not is_ir_label(c))
+    """A letter for each of ``labels`` that is not one, unused by the others: the lowest
+    free IR labels, in the order of the odd labels' code points."""
+    odd = sorted(c for c in labels if not c.isalpha() or 0xD800 <= ord(c) < 0xE000)
     if not odd:
         return {}
-    free = (c for c in map(label, itertools.count()) if c not in labels)
-    return {c: next(free) for c in odd}
+    # at most len(labels) - len(odd) of the first len(labels) IR labels are taken
+    first = ir_labels(len(labels))[:len(labels)]
+    return dict(zip(odd, [c for c in first if c not in labels]))
 
 
 def _fresh_labels(used: set, n: int) -> list[str]:
@@ -330,9 +339,8 @@ def first_use_equation(inputs: Sequence[str], output: str, symbol=label) -> str:
     first use (inputs, then output): ``xy,yz->xz`` and ``ij,jk->ik`` both become
     ``ab,bc->ac``. With ``label`` (the default) the result is an IR equation."""
     used = dict.fromkeys("".join(inputs) + output)
-    if symbol is label and used:
-        label(len(used) - 1)            # the IR labels listed up to that many
-        names = _LABELS
+    if symbol is label:
+        names = ir_labels(len(used))
     else:
         names = [symbol(i) for i in range(len(used))]
     return (",".join(inputs) + "->" + output).translate(dict(zip(map(ord, used), names)))
@@ -376,12 +384,16 @@ def canonical_form(equation: str, operand_keys: Sequence) -> tuple[tuple[int, ..
     return tuple(best[1]), best[0]
 
 
+_NO_SYNTAX = str.maketrans("", "", ",->")
+
+
 def to_ascii(equation: str) -> str:
     """Map the labels of an equation with at most 52 distinct labels onto ASCII letters, as
     ``numpy.einsum`` requires."""
-    labels = sorted(set(equation) - set(",->"), key=equation.index)
-    if all(c in _ASCII for c in labels):
+    bare = equation.translate(_NO_SYNTAX)
+    if bare.isascii() and (bare.isalpha() or not bare):    # (a step's, nearly always)
         return equation
+    labels = sorted(set(bare), key=equation.index)
     if len(labels) > len(_ASCII):
         raise EinsumError(f"a single einsum step with {len(labels)} distinct labels cannot run "
                           "on numpy.einsum (52 at most)")

@@ -61,8 +61,9 @@ class Graph:
             dtype = ops.canonical_dtype(dtype)
         except GraphError as e:
             raise e.located(op="input", src=src) from None
-        nid = ir.add_node(self._G, "input", [], shape, dtype, {}, name=name, src=src)
-        self._G.graph["inputs"].append(nid)
+        G = self._G
+        nid = ir.add_node(G, "input", (), shape, dtype, name=name, src=src)
+        G.graph["inputs"].append(nid)
         self._names.add(name)
         return Tensor(self, nid)
 

@@ -40,16 +40,31 @@ def new_graph(name: str = "graph") -> nx.MultiDiGraph:
 def add_node(G: nx.MultiDiGraph, op: str, operands: Iterable[int], shape, dtype, attrs=None,
              *, name: str | None = None, src: str | None = None) -> int:
     """Append a node with its operand edges; returns the new node id."""
+    node, succ, pred = G._node, G._succ, G._pred
     nid = G.graph.get("next_id", 0)
-    while nid in G:
+    while nid in node:
         nid += 1
     G.graph["next_id"] = nid + 1
-    G.add_node(nid, op=op, shape=tuple(map(int, shape)), dtype=ops.canonical_dtype(dtype),
-               attrs=dict(attrs or {}), src=src)
+    d = {"op": op, "shape": tuple(map(int, shape)), "dtype": ops.canonical_dtype(dtype),
+         "attrs": dict(attrs) if attrs else {}, "src": src}
     if name is not None:
-        G._node[nid]["name"] = name
+        d["name"] = name
+    # networkx's own adjacency dicts, filled as its ``add_node``/``add_edge`` fill them (the
+    # same key per edge, a new attribute dict each) in a third of their time: a network's
+    # hundreds of inputs and operand edges are added one by one as it is built
+    node[nid], succ[nid], here = d, {}, {}
+    pred[nid] = here
     for k, u in enumerate(operands):
-        G.add_edge(u, nid, arg=k)
+        keys = here.get(u)
+        if keys is None:
+            if u not in node:
+                raise GraphError(f"operand {u} of a new {op!r} node is not in the graph",
+                                 op=op, src=src)
+            keys = here[u] = succ[u][nid] = {}
+        keys[len(keys)] = {"arg": k}
+    cached = getattr(G, "__networkx_cache__", None)
+    if cached:      # (what networkx derived from the graph before it changed)
+        cached.clear()
     return nid
 
 
