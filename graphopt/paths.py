@@ -36,11 +36,13 @@ def play_path(terms: Sequence[str], output: str, path) -> list[PlayedStep]:
     term. Raises ``GraphError`` for a path that does not fit ``terms``. Memoized: the
     contraction pass, the cost model, the kernel's workspace and the contraction program
     play the same path of a large network."""
-    return list(_play_path_memo(tuple(terms), output, tuple(tuple(p) for p in path)))
+    return list(_play_path_memo(tuple(terms), output, tuple(tuple(p) for p in path))[0])
 
 
 @functools.lru_cache(maxsize=256)
-def _play_path_memo(terms: tuple, output: str, path: tuple) -> tuple:
+def _play_path_memo(terms: tuple, output: str, path: tuple) -> tuple[tuple, tuple]:
+    """``(steps, labels)``: ``play_path``'s steps, and each step's labels once each (in
+    order of appearance), which ``_counted`` counts."""
     current = list(terms)
     path = [tuple(p) for p in path] or [tuple(range(len(current)))]
     # a term's labels once each (an input may repeat one: a trace), for the counts below
@@ -53,7 +55,7 @@ def _play_path_memo(terms: tuple, output: str, path: tuple) -> tuple:
             held[c] = get(c, 0) + 1
     for c in output:
         held[c] = get(c, 0) + 1
-    steps = []
+    steps, step_labels = [], []
     last = len(path) - 1
     for k, inds in enumerate(path):
         n = len(current)
@@ -82,6 +84,7 @@ def _play_path_memo(terms: tuple, output: str, path: tuple) -> tuple:
                 for c in once.get(t, t):
                     held[c] -= 1
             union = "".join(picked)
+        labels = dict.fromkeys(union)
         if k == last:
             if current:
                 raise GraphError(f"contraction path {path} leaves {len(current)} operand(s)")
@@ -89,12 +92,13 @@ def _play_path_memo(terms: tuple, output: str, path: tuple) -> tuple:
             for c in set(result):
                 held[c] += 1
         else:
-            result = "".join([c for c in dict.fromkeys(union) if held[c]])
+            result = "".join([c for c in labels if held[c]])
             for c in result:
                 held[c] += 1
         current.append(result)
         steps.append((inds, picked, result))
-    return tuple(steps)
+        step_labels.append("".join(labels))
+    return tuple(steps), tuple(step_labels)
 
 
 def _bad_step(path, k: int, inds, n: int):
@@ -145,16 +149,18 @@ def _counted(terms: tuple, output: str, path: tuple, sizes: tuple) -> tuple[int,
     contraction pass and the FLOP count of its node count the same path of a network."""
     sizes = dict(sizes)
     size = sizes.__getitem__
-    steps = _play_path_memo(terms, output, path)
+    steps, step_labels = _play_path_memo(terms, output, path)
     flops, largest, write = 0, 0, 0
     last = len(steps) - 1
-    for k, (_, picked, result) in enumerate(steps):
+    for k, ((_, picked, result), labels) in enumerate(zip(steps, step_labels)):
         elements = math.prod(map(size, result))
         write += elements
         if k < last and elements > largest:
             largest = elements
-        labels = set("".join(picked))
-        flops += step_flops(labels, not labels.issubset(result), len(picked), sizes)
+        # (a result keeps some of its step's labels, each once: all of them where its
+        # length is theirs)
+        inner = len(labels) > len(result) or not set(result).issuperset(labels)
+        flops += step_flops(labels, inner, len(picked), sizes)
     return flops, largest, write
 
 
