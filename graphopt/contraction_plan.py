@@ -36,7 +36,7 @@ from typing import Callable, NamedTuple, Sequence
 
 import numpy as np
 
-from .einsum import evaluate, first_use_equation, split, to_ascii
+from .einsum import evaluate, first_use_equation, plain_einsum, split, to_ascii
 from .einsum_memory import np_einsum_bytes, np_einsum_fills_no_buffer
 from .gemm import (
     BLAS_DTYPES,
@@ -136,7 +136,9 @@ class ProgramStep(NamedTuple):
             return out
         if out is None and buf is not None:
             out = buf
-        return np.einsum(self.equation, *operands, **({} if out is None else {"out": out}))
+        if out is None:
+            return plain_einsum(self.equation, *operands)
+        return plain_einsum(self.equation, *operands, out=out)
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ import math
 import numpy as np
 
 from .. import einsum as einsum_mod
-from ..einsum import to_ascii
+from ..einsum import plain_einsum, to_ascii
 from ..einsum_memory import np_einsum_bytes
 from ..fused import runs_along_path
 from ..gemm import (
@@ -180,7 +180,10 @@ def _contraction_fn(impl: str, eq: str, dtype: str, p):
     ascii_eq = to_ascii(eq)
 
     def via_einsum(args, out):
-        return np.einsum(ascii_eq, *(x.astype(dtype, copy=False) for x in args), out=out)
+        operands = [x.astype(dtype, copy=False) for x in args]
+        if out is None:
+            return plain_einsum(ascii_eq, *operands)
+        return plain_einsum(ascii_eq, *operands, out=out)
     return via_einsum
 
 
