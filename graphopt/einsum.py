@@ -191,8 +191,15 @@ def _parse(equation: str, shapes: Sequence[Sequence[int]]) -> EinsumSpec:
     terms = lhs.split(",")
     if len(terms) != len(shapes):
         raise EinsumError(f"{len(terms)} operand term(s) but {len(shapes)} operand(s) in {where}")
-    _check_terms(terms + ([rhs] if rhs is not None else []), where)
-    expanded, ell = _expand_ellipses(terms, shapes, set(eq) - set(",.->"), where)
+    if "." in eq:
+        _check_terms(terms + ([rhs] if rhs is not None else []), where)
+        expanded, ell = _expand_ellipses(terms, shapes, set(eq) - set(",.->"), where)
+    else:   # (a network's hundreds of terms: no ellipsis, so each term names every dim)
+        _check_labels(lhs.replace(",", "") + (rhs or ""), where)
+        for t, s in zip(terms, shapes):
+            if len(t) != len(s):
+                _expand_ellipses([t], [s], (), where)     # (which says what is wrong)
+        expanded, ell = terms, []
     sizes = _sizes_of_labels(expanded, shapes, where)
     out = _output_term(terms, rhs, expanded, ell, where)
     rename = _letters_for(set(sizes))
@@ -268,7 +275,7 @@ def _sizes_of_labels(expanded, shapes, where) -> dict[str, int]:
                 elif d != 1:
                     raise EinsumError(f"label {c!r} has size {e} and {d} in {where}")
     for t, s in zip(expanded, shapes):
-        if len(set(t)) == len(t):
+        if len(t) < 2 or len(set(t)) == len(t):
             continue
         for c, d in zip(t, s):
             if t.count(c) > 1 and d != sizes[c]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import math
+from collections import Counter
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -46,15 +47,11 @@ def _play_path_memo(terms: tuple, output: str, path: tuple) -> tuple[tuple, tupl
     current = list(terms)
     path = [tuple(p) for p in path] or [tuple(range(len(current)))]
     # a term's labels once each (an input may repeat one: a trace), for the counts below
-    once = {t: "".join(dict.fromkeys(t)) for t in terms if len(set(t)) != len(t)}
-    # how many current terms hold each label, plus one for the output's labels
-    held: dict = {}
-    get = held.get
-    for t in terms:
-        for c in once.get(t, t):
-            held[c] = get(c, 0) + 1
-    for c in output:
-        held[c] = get(c, 0) + 1
+    once = {t: "".join(dict.fromkeys(t)) for t in terms if len(t) > 1 and len(set(t)) != len(t)}
+    # how many current terms hold each label, plus one for the output's labels (counted
+    # in C: a network's hundreds of terms)
+    held = dict(Counter("".join([once.get(t, t) for t in terms] if once else terms) +
+                        output))
     steps, step_labels = [], []
     last = len(path) - 1
     for k, inds in enumerate(path):
