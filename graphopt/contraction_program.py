@@ -106,12 +106,13 @@ class PathContraction:
         return self.run(list(arrays), out, matmul)
 
     def run(self, arrays: list, out=None, matmul: Callable | None = None,
-            full_shapes=None):
+            full_shapes=None, promoted: bool = False):
         """``self(*arrays, out=out, matmul=matmul)`` for a list of operands: what a sliced
         loop calls per slice, with no tuple of the operands made (see ``program_key``);
-        ``full_shapes``: the full slice's operand shapes (see ``program``)."""
+        ``full_shapes``: the full slice's operand shapes (see ``program``); ``promoted``:
+        the operands are ``promote_operands``' already (``sliced_contract``'s)."""
         xp = self.xp
-        current = promote_operands(arrays, xp)
+        current = list(arrays) if promoted else promote_operands(arrays, xp)
         dtype = current[0].dtype
         shapes = [a.shape for a in current]
         key = program_key(shapes, [a.strides for a in current], dtype.str)
@@ -130,9 +131,15 @@ class PathContraction:
         try:
             last = len(prog.steps) - 1
             for k, step in enumerate(prog.steps):
-                operands = [current[i] for i in step.positions]
-                for i in reversed(step.positions):
-                    del current[i]
+                positions = step.positions
+                if len(positions) == 2:      # (nearly every step: ordered, as played)
+                    i, j = positions
+                    operands = [current[i], current[j]]
+                    del current[j], current[i]
+                else:
+                    operands = [current[i] for i in positions]
+                    for i in reversed(positions):
+                        del current[i]
                 target = None
                 if k == last and into is not None and into.flags.c_contiguous and \
                         into.shape == step.shape and into.dtype == operands[0].dtype:

@@ -189,7 +189,7 @@ def sliced_contract(equation: str, path, slices, arrays: Sequence[np.ndarray], o
         path = default_path(equation, [a.shape for a in arrays])
     contract = contraction or path_contraction(equation, tuple(tuple(p) for p in path))
     if not slices:   # one run of the whole path, straight into ``out``
-        res = contract.run(arrays, out, matmul)
+        res = contract.run(arrays, out, matmul, promoted=True)
         if out is None:
             return xp.array(res, copy=True) if any(xp.may_share_memory(res, a)
                                                    for a in arrays) else res
@@ -235,11 +235,11 @@ def _run_slices(contract, arrays, terms, output, regions, parts, out, shape, dty
             where = {**region, **parts[k]}
             views = [operand_view(a, t, where) for a, t in zip(arrays, terms)]
             if k == lo:
-                res = contract.run(views, target, matmul, full)
+                res = contract.run(views, target, matmul, full, promoted=True)
                 if res is not target:
                     xp.copyto(target, res, casting="unsafe")
                 continue
-            res = contract.run(views, None, matmul, full)
+            res = contract.run(views, None, matmul, full, promoted=True)
             target += res
         if lo >= hi:  # a summed label of size 0: the empty sum
             target[...] = 0
