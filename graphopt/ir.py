@@ -41,6 +41,11 @@ def add_node(G: nx.MultiDiGraph, op: str, operands: Iterable[int], shape, dtype,
              *, name: str | None = None, src: str | None = None) -> int:
     """Append a node with its operand edges; returns the new node id."""
     node, succ, pred = G._node, G._succ, G._pred
+    operands = tuple(operands)
+    for u in operands:
+        if u not in node:
+            raise GraphError(f"operand {u} of a new {op!r} node is not in the graph",
+                             op=op, src=src)
     nid = G.graph.get("next_id", 0)
     while nid in node:
         nid += 1
@@ -57,9 +62,6 @@ def add_node(G: nx.MultiDiGraph, op: str, operands: Iterable[int], shape, dtype,
     for k, u in enumerate(operands):
         keys = here.get(u)
         if keys is None:
-            if u not in node:
-                raise GraphError(f"operand {u} of a new {op!r} node is not in the graph",
-                                 op=op, src=src)
             keys = here[u] = succ[u][nid] = {}
         keys[len(keys)] = {"arg": k}
     cached = getattr(G, "__networkx_cache__", None)

@@ -172,6 +172,64 @@ def test_parse_memo_serves_numpy_integer_dims_and_the_ir_form():
     assert E.parse(eq, shapes).sizes["a"] == 2
 
 
+def test_ir_label_table_is_filled_once_under_threads(monkeypatch):
+    """Threads asking for IR labels beyond the table at once each get the same labels, and
+    no label is listed twice (two threads appending at once would skip or repeat one)."""
+    import threading
+    monkeypatch.setattr(E, "_LABELS", list(E._ASCII))
+    want = [c for c in map(chr, range(0xC0, 0x3000)) if E.is_ir_label(c)][:1500 - 52]
+    got: list = []
+    start = threading.Barrier(8)
+
+    def ask():
+        start.wait()
+        got.append([E.label(i) for i in range(1499, -1, -7)])
+
+    threads = [threading.Thread(target=ask) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert E._LABELS[:1500] == list(E._ASCII) + want
+    assert len(set(E._LABELS)) == len(E._LABELS)
+    assert all(g == got[0] for g in got) and got[0][0] == want[-1]
+
+
+def test_odd_labels_get_the_lowest_free_letters():
+    """Labels that are no letters take the lowest IR letters no other label uses, in code
+    point order: as the table's walk from its start gave them."""
+    times, divide = get_symbol(75), get_symbol(107)
+    used = E.ir_labels(120)[:118]        # every letter up to two short of 120 taken
+    rename = E._letters_for(set(used) | {divide, times, "1"})
+    assert rename == {"1": E.label(118), times: E.label(119), divide: E.label(120)}
+    assert E._letters_for({"a", "c", "2"}) == {"2": "b"}
+    assert E._letters_for({"a", "b"}) == {}
+
+
+def test_parse_without_ellipsis_reports_as_with_one():
+    """The ellipsis-free fast path names the same mistakes: a bad label, a rank mismatch."""
+    with pytest.raises(go.GraphError, match="invalid index label '-'"):
+        E.parse("a-b,bc->ac", [(2, 3), (3, 4)])
+    with pytest.raises(go.GraphError, match="invalid index label ','"):
+        E.parse("ab,bc->a,c", [(2, 3), (3, 4)])
+    with pytest.raises(go.GraphError, match="term 'bc' has 2 labels but its operand has 3 dims"):
+        E.parse("ab,bc->ac", [(2, 3), (3, 4, 5)])
+    with pytest.raises(go.GraphError, match="stray '.'"):
+        E.parse("a.b,bc->ac", [(2, 3), (3, 4)])
+
+
+def test_plain_einsum_is_numpy_einsum():
+    """``plain_einsum`` (NumPy's C einsum, called directly) computes what np.einsum does:
+    the promoted dtype, into ``out``, a scalar result."""
+    rng = np.random.default_rng(0)
+    a, b = rng.normal(size=(3, 4)), rng.integers(-3, 3, size=(4, 5)).astype(np.int8)
+    np.testing.assert_array_equal(E.plain_einsum("ab,bc->ac", a, b), np.einsum("ab,bc->ac", a, b))
+    out = np.empty((3, 5))
+    assert E.plain_einsum("ab,bc->ac", a, b, out=out) is out
+    np.testing.assert_array_equal(out, np.einsum("ab,bc->ac", a, b))
+    assert E.plain_einsum("ab->", np.array([[True, False]])) == np.einsum("ab->", [[True, False]])
+
+
 def test_many_operands_beyond_numpy_argument_limit():
     n = 100  # numpy.einsum takes at most 32 operands
     vecs = _arrays([(3,)] * n, 4)

@@ -63,6 +63,29 @@ def test_operands_keep_duplicates_in_arg_order():
     assert sorted(ir.users(G, x.id)) == sorted({z.id, sq.id})
 
 
+def test_add_node_fills_networkx_dicts_as_networkx_does():
+    """``add_node`` writes networkx's adjacency dicts itself: the same edges, keys and data
+    as networkx's ``add_node``/``add_edge`` (a repeated operand's second edge keyed 1), and
+    an operand that is not in the graph is refused, not added bare."""
+    G, H = ir.new_graph(), nx.MultiDiGraph()
+    a = ir.add_node(G, "input", (), (2, 3), "float64", name="a")
+    b = ir.add_node(G, "input", (), (3,), "float32", name="b")
+    c = ir.add_node(G, "einsum", [a, b, a], (2,), "float64", {"equation": "ab,b,ab->a"})
+    for n in (a, b, c):
+        H.add_node(n)
+    for k, u in enumerate([a, b, a]):
+        H.add_edge(u, c, arg=k)
+    assert list(G.edges(keys=True, data=True)) == list(H.edges(keys=True, data=True))
+    assert G._succ == H._succ and G._pred == H._pred
+    assert ir.operands(G, c) == [a, b, a] and G.nodes[b]["dtype"] == "float32"
+    assert G.nodes[c]["attrs"] == {"equation": "ab,b,ab->a"} and G.nodes[a]["name"] == "a"
+    with pytest.raises(go.GraphError, match="operand 99 of a new 'neg' node"):
+        ir.add_node(G, "neg", [99], (2,), "float64")
+    assert 99 not in G and list(G) == [a, b, c]      # (nothing half added)
+    G.graph["next_id"] = 0     # (ids taken are skipped)
+    assert ir.add_node(G, "input", (), (), "float64", name="d") == 3
+
+
 def test_topo_order_copy_replace_and_derived():
     G = small_graph()
     order = ir.topo_order(G)
