@@ -122,7 +122,7 @@ def _check_labels(body: str, where) -> None:
 def _letters_for(labels: set) -> dict[str, str]:
     """A letter for each of ``labels`` that is not one, unused by the others: the lowest
     free IR labels, in the order of the odd labels' code points."""
-    odd = sorted(c for c in labels if not c.isalpha() or 0xD800 <= ord(c) < 0xE000)
+    odd = sorted(c for c in labels if not is_ir_label(c))
     if not odd:
         return {}
     # at most len(labels) - len(odd) of the first len(labels) IR labels are taken
