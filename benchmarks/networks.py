@@ -21,6 +21,10 @@ missing. For each, in one process:
   executing cotengra's path (median call); quimb's own ``contract(all)`` (end to end: its
   first call in the process, path search included; median call), on quimb's networks and
   on the others as a quimb ``TensorNetwork`` of the same arrays and index names;
+- the same end-to-end times as medians over ``--processes`` pairs of fresh processes
+  (``first_in_process``: each contracts a small unrelated network with both libraries
+  first, then this one once; graphopt's second of a pair on the path and kernel cache the
+  first left), the figures the table shows where they were taken;
 - the largest relative difference of graphopt's result from opt_einsum's, float64/complex128.
 
 ``--mode both`` (the default) runs the instances once pinned to one core with one thread per
@@ -183,12 +187,82 @@ def _cotengra_path(eq, sizes, budget):
         return [tuple(p) for p in opt.path], time.perf_counter() - t0
 
 
-def measure(name: str, budget: float) -> dict:
+def _graphopt_end_to_end(name: str, eq: str, arrays) -> tuple:
+    """``(plan, result, build s, compile s, end-to-end s)``: the graph built from the
+    equation (as ``go.contract`` builds it), compiled at default settings (cache=True) and
+    called once."""
+    import graphopt as go
+
+    t0 = time.perf_counter()
+    g = go.Graph(name)
+    g.output(go.einsum(eq, *(g.input(f"t{i}", a.shape, a.dtype)
+                             for i, a in enumerate(arrays))))
+    built = time.perf_counter()
+    plan = go.compile(g)
+    compiled = time.perf_counter()
+    return plan, plan(*arrays), built - t0, compiled - built, time.perf_counter() - t0
+
+
+def first_in_process(name: str, cache: str) -> dict:
+    """In this process, which has contracted nothing yet: a small unrelated network
+    contracted once by graphopt and once by quimb (what any earlier work in a process
+    would have set up: imports, BLAS, code caches), then ``name`` end to end by graphopt
+    (``_graphopt_end_to_end``, path and kernel cache ``cache``) and quimb's first
+    ``contract(all)`` of it, each after a garbage collection: ``{"graphopt": s, "quimb": s
+    or None}``."""
+    import numpy as np
+
+    import graphopt as go
+
+    os.environ["GRAPHOPT_CACHE_DIR"] = cache
+    rng = np.random.default_rng(0)
+    warm = [rng.normal(size=s) for s in ((3, 4), (4, 5), (5, 3))]
+    go.contract("ab,bc,ca->", *warm)
+    small = _quimb_network(["ab", "bc", "ca"], "", warm)
+    if small is not None:
+        small.contract(all, output_inds=())
+    eq, arrays, tn = INSTANCES[name][1]()
+    terms, out = _terms(eq)
+    gc.collect()
+    seconds = _graphopt_end_to_end(name, eq, arrays)[-1]
+    tn = tn if tn is not None else _quimb_network(terms, out, arrays)
+    quimb = None
+    if tn is not None:
+        gc.collect()
+        t0 = time.perf_counter()
+        tn.contract(all, output_inds=tuple(out))
+        quimb = time.perf_counter() - t0
+    return {"graphopt": seconds, "quimb": quimb}
+
+
+def _fresh_processes(name: str, processes: int) -> dict:
+    """``first_in_process`` in ``processes`` pairs of fresh processes, each pair on a new
+    empty cache: the first a first process, the second a second one (the path and kernels
+    on disk). The times, and the medians of graphopt's first and second and of quimb's
+    (both processes of each pair)."""
+    import subprocess
+
+    runs: dict = {"graphopt_first": [], "graphopt_second": [], "quimb": []}
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    for _ in range(processes):
+        with tempfile.TemporaryDirectory() as cache:
+            for which in ("graphopt_first", "graphopt_second"):
+                done = subprocess.run([sys.executable, "-m", "benchmarks.networks",
+                                       "--first-in-process", name, "--cache", cache],
+                                      cwd=root, capture_output=True, text=True, check=True)
+                got = json.loads(done.stdout.strip().splitlines()[-1])
+                runs[which].append(got["graphopt"])
+                if got["quimb"] is not None:
+                    runs["quimb"].append(got["quimb"])
+    return dict(runs, **{f"{k}_median": statistics.median(v) if v else None
+                         for k, v in runs.items()})
+
+
+def measure(name: str, budget: float, processes: int = 0) -> dict:
     """Every figure of one instance (see the module docstring)."""
     import numpy as np
     import opt_einsum
 
-    import graphopt as go
     from graphopt import compiler, path_cache, path_search, path_searchers
     from graphopt.paths import label_sizes, play
 
@@ -211,16 +285,7 @@ def measure(name: str, budget: float) -> dict:
                                        searcher=rec["searcher"], trials=rec["trials"])
 
     def build_compile_call():
-        """The graph built from the equation (as ``go.contract`` builds it), compiled at
-        default settings (cache=True) and called once."""
-        t0 = time.perf_counter()
-        g = go.Graph(name)
-        g.output(go.einsum(eq, *(g.input(f"t{i}", a.shape, a.dtype)
-                                 for i, a in enumerate(arrays))))
-        built = time.perf_counter()
-        plan = go.compile(g)
-        compiled = time.perf_counter()
-        return plan, plan(*arrays), built - t0, compiled - built, time.perf_counter() - t0
+        return _graphopt_end_to_end(name, eq, arrays)
 
     with tempfile.TemporaryDirectory() as cache:     # an empty path and kernel cache
         os.environ["GRAPHOPT_CACHE_DIR"] = cache
@@ -256,6 +321,8 @@ def measure(name: str, budget: float) -> dict:
         quimb_contract()
         row["quimb_end_to_end_seconds"] = time.perf_counter() - t0
         row["quimb_run_seconds"] = _median_call(quimb_contract)
+    if processes:
+        row["fresh_processes"] = dict(_fresh_processes(name, processes), processes=processes)
     return row
 
 
@@ -264,6 +331,18 @@ def measure(name: str, budget: float) -> dict:
 
 def _g(x):
     return "–" if x is None else f"{x:.3g}"
+
+
+def _end_to_end(row: dict) -> tuple:
+    """``(graphopt's first, its second process, quimb's)`` end-to-end seconds of a row:
+    the fresh processes' medians where they were taken, else the one measurement."""
+    fresh = row.get("fresh_processes")
+    if fresh:
+        return (fresh["graphopt_first_median"], fresh["graphopt_second_median"],
+                fresh["quimb_median"])
+    go_ = row["graphopt"]
+    return (go_["end_to_end_seconds"], go_["second_process_end_to_end_seconds"],
+            row.get("quimb_end_to_end_seconds"))
 
 
 def table(rows: list[dict]) -> str:
@@ -279,14 +358,14 @@ def table(rows: list[dict]) -> str:
             out.append(f"| {r['instance']} | skipped: {r['skipped']} |" + " |" * 10)
             continue
         go_ = r["graphopt"]
+        first, second, quimb = _end_to_end(r)
         out.append(
             f"| {r['instance']} | {r['tensors']} / {r['labels']} | {_g(r['greedy']['flops'])} "
             f"| {_g(r['cotengra']['flops'])} | {_g(r['graphopt_same_budget']['flops'])} "
             f"| {_g(go_['flops'])} | {_g(go_['search_seconds'])} "
             f"| {_g(go_['run_seconds'] * 1e3)} "
             f"| {_g(r['opt_einsum_cotengra_path_run_seconds'] * 1e3)} "
-            f"| {_g(go_['end_to_end_seconds'])} / {_g(go_['second_process_end_to_end_seconds'])} "
-            f"| {_g(r.get('quimb_end_to_end_seconds'))} "
+            f"| {_g(first)} / {_g(second)} | {_g(quimb)} "
             f"| {r['max_rel_diff']:.1e} |")
     done = [r for r in rows if "skipped" not in r]
     for what in ("flops", "combo") if done else ():
@@ -336,7 +415,8 @@ def grid_main(module: str, doc: str, argv, instances, axis: str, default: str, p
 
 
 def _run(args) -> list[dict]:
-    return run_rows(({"instance": name}, functools.partial(measure, name, args.budget))
+    return run_rows(({"instance": name}, functools.partial(measure, name, args.budget,
+                                                          args.processes))
                     for name in args.instances)
 
 
@@ -346,12 +426,21 @@ def main(argv=None) -> int:
     p.add_argument("--instances", default=",".join(INSTANCES))
     p.add_argument("--budget", type=float, default=2.0, help="path-search seconds given to "
                    "cotengra and to graphopt for the same-budget comparison")
+    p.add_argument("--processes", type=int, default=3, help="pairs of fresh processes "
+                   "whose end-to-end times the table gives as medians (0: one measurement "
+                   "in the benchmark's process)")
     p.add_argument("--mode", choices=("both", "pinned", "default"), default="both")
     p.add_argument("--json", default=None)
+    p.add_argument("--first-in-process", default=None, help=argparse.SUPPRESS)
+    p.add_argument("--cache", default=None, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
+    if args.first_in_process:     # one fresh process of ``_fresh_processes``
+        print(json.dumps(first_in_process(args.first_in_process, args.cache)))
+        return 0
     args.instances = args.instances.split(",")
     return main_per_mode("benchmarks.networks", args.mode,
-                         ["--budget", str(args.budget), "--instances", ",".join(args.instances)],
+                         ["--budget", str(args.budget), "--instances", ",".join(args.instances),
+                          "--processes", str(args.processes)],
                          lambda: _run(args), table, args.json, f", budget {args.budget} s")
 
 

@@ -138,3 +138,22 @@ def test_first_contract_benchmark_contracts_distinct_networks_against_peers(tmp_
     assert row["max_rel_diff"] < 1e-12 and row["tensors"] == [60, 60], row
     assert row["graphopt_ms"] > 0 and row["opt_einsum_over_graphopt"] > 0, row
     assert "| tree (cotengra tree_equation 60 tensors" in first_contract.table([row])
+
+
+def test_networks_end_to_end_in_a_fresh_process_and_the_table_s_medians(tmp_path, monkeypatch):
+    """``benchmarks.networks``' fresh-process measure: after a small unrelated network, the
+    instance end to end by graphopt (and quimb's first contraction, where quimb is
+    installed), its cache where it was told; the table's end-to-end columns are the fresh
+    processes' medians where they were taken, else the one measurement."""
+    pytest.importorskip("cotengra")
+    from benchmarks import networks
+
+    monkeypatch.setenv("GRAPHOPT_CACHE_DIR", str(tmp_path / "outer"))   # (restored after)
+    got = networks.first_in_process("tree", str(tmp_path / "cache"))
+    assert got["graphopt"] > 0 and (got["quimb"] is None or got["quimb"] > 0)
+    row = {"graphopt": {"end_to_end_seconds": 1.0, "second_process_end_to_end_seconds": 0.5},
+           "quimb_end_to_end_seconds": 2.0}
+    assert networks._end_to_end(row) == (1.0, 0.5, 2.0)
+    row["fresh_processes"] = {"graphopt_first_median": 0.9, "graphopt_second_median": 0.4,
+                              "quimb_median": 1.5}
+    assert networks._end_to_end(row) == (0.9, 0.4, 1.5)
