@@ -136,9 +136,7 @@ class ProgramStep(NamedTuple):
             return out
         if out is None and buf is not None:
             out = buf
-        if out is None:
-            return plain_einsum(self.equation, *operands)
-        return plain_einsum(self.equation, *operands, out=out)
+        return plain_einsum(self.equation, operands, out)
 
 
 @dataclass(frozen=True)

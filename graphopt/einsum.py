@@ -408,15 +408,23 @@ def to_ascii(equation: str) -> str:
     return "".join(table.get(c, c) for c in equation)
 
 
-try:      # np.einsum without ``optimize`` is this C function behind a Python wrapper and
-    # NumPy's array-function dispatch: 0.6 us of a small step's 1.3 (a tree network's 127
-    # np.einsum steps a call)
-    from numpy._core.multiarray import c_einsum as plain_einsum
+try:
+    from numpy._core.multiarray import c_einsum as _c_einsum
 except ImportError:     # (NumPy 1.x names the module numpy.core)
     try:
-        from numpy.core.multiarray import c_einsum as plain_einsum
+        from numpy.core.multiarray import c_einsum as _c_einsum
     except ImportError:
-        plain_einsum = np.einsum
+        _c_einsum = np.einsum
+
+
+def plain_einsum(equation: str, operands: Sequence, out=None):
+    """``np.einsum(equation, *operands, out=out)`` without ``optimize``, through NumPy's C
+    einsum called directly: np.einsum is that function behind a Python wrapper and NumPy's
+    array-function dispatch, 0.6 us of a small step's 1.3 (a tree network runs 127 such
+    steps a call). ``out`` None: a new array (the C function takes no None for it)."""
+    if out is None:
+        return _c_einsum(equation, *operands)
+    return _c_einsum(equation, *operands, out=out)
 
 
 def promote_operands(arrays: Sequence[np.ndarray], xp=np) -> list[np.ndarray]:

@@ -231,11 +231,13 @@ def test_plain_einsum_is_numpy_einsum():
     the promoted dtype, into ``out``, a scalar result."""
     rng = np.random.default_rng(0)
     a, b = rng.normal(size=(3, 4)), rng.integers(-3, 3, size=(4, 5)).astype(np.int8)
-    np.testing.assert_array_equal(E.plain_einsum("ab,bc->ac", a, b), np.einsum("ab,bc->ac", a, b))
+    np.testing.assert_array_equal(E.plain_einsum("ab,bc->ac", [a, b]),
+                                  np.einsum("ab,bc->ac", a, b))
     out = np.empty((3, 5))
-    assert E.plain_einsum("ab,bc->ac", a, b, out=out) is out
+    assert E.plain_einsum("ab,bc->ac", [a, b], out) is out
     np.testing.assert_array_equal(out, np.einsum("ab,bc->ac", a, b))
-    assert E.plain_einsum("ab->", np.array([[True, False]])) == np.einsum("ab->", [[True, False]])
+    assert E.plain_einsum("ab->", [np.array([[True, False]])]) == \
+        np.einsum("ab->", [[True, False]])
 
 
 def test_many_operands_beyond_numpy_argument_limit():

@@ -180,10 +180,7 @@ def _contraction_fn(impl: str, eq: str, dtype: str, p):
     ascii_eq = to_ascii(eq)
 
     def via_einsum(args, out):
-        operands = [x.astype(dtype, copy=False) for x in args]
-        if out is None:
-            return plain_einsum(ascii_eq, *operands)
-        return plain_einsum(ascii_eq, *operands, out=out)
+        return plain_einsum(ascii_eq, [x.astype(dtype, copy=False) for x in args], out)
     return via_einsum
 
 
