@@ -12,7 +12,7 @@ intermediate has the label order the contraction pass gives its pairwise nodes. 
 - any other step is ``np.einsum`` on the step's own equation: a small step, an outer or
   broadcast product (nothing summed), a trace or diagonal, a size-1 label broadcast
   against a larger one, a one-operand step. A step over more than two operands is
-  ``einsum.evaluate``'s.
+  ``einsum_numpy.evaluate``'s.
 
 Intermediates live in one arena whose offsets are assigned over the steps' lifetimes
 (``liveness.assign_arena_offsets``, as the memory pass assigns a plan's), or back to back
@@ -36,8 +36,9 @@ from typing import Callable, NamedTuple, Sequence
 
 import numpy as np
 
-from .einsum import evaluate, first_use_equation, plain_einsum, split, to_ascii
+from .einsum import first_use_equation, split
 from .einsum_memory import np_einsum_bytes, np_einsum_fills_no_buffer
+from .einsum_numpy import evaluate, plain_einsum, to_ascii
 from .gemm import (
     BLAS_DTYPES,
     GemmPlan,

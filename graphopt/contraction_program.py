@@ -16,7 +16,8 @@ from typing import Callable
 import numpy as np
 
 from .contraction_plan import Program, plan_program, squeeze_ones
-from .einsum import promote_operands, split
+from .einsum import split
+from .einsum_numpy import promote_operands
 from .gemm import c_strides
 
 

@@ -30,8 +30,8 @@ from numpy.lib.stride_tricks import as_strided
 from . import progress, threads
 from .contraction_plan import LIST_BYTES_PER_ITEM, call_object_bytes, view_bytes
 from .contraction_program import PathContraction, path_contraction
-from .einsum import promote_operands
 from .einsum import split as split_equation
+from .einsum_numpy import promote_operands
 from .gemm import c_strides
 from .paths import default_path, label_sizes
 

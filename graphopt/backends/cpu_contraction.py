@@ -17,8 +17,8 @@ import math
 import numpy as np
 
 from .. import einsum as einsum_mod
-from ..einsum import plain_einsum, to_ascii
 from ..einsum_memory import np_einsum_bytes
+from ..einsum_numpy import plain_einsum, to_ascii
 from ..fused import runs_along_path
 from ..gemm import (
     BLAS_DTYPES,

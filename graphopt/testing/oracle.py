@@ -260,7 +260,8 @@ def _partial_sums_may_overflow(abs_sum, dt):
 
 
 def _einsum(eq, args: list[Bounded], y, dt):
-    from ..einsum import evaluate, split
+    from ..einsum import split
+    from ..einsum_numpy import evaluate
 
     ins, out = split(eq)
     sizes = {c: s for t, a in zip(ins, args) for c, s in zip(t, np.shape(a.value))}

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from graphopt.backends import cuda_codegen as cg
-from graphopt.einsum import evaluate as einsum_evaluate
+from graphopt.einsum_numpy import evaluate as einsum_evaluate
 from graphopt.gemm import gemm_plan, run_gemm
 
 GXX = shutil.which("g++")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from ... import einsum as einsum_mod
+from ...einsum_numpy import to_ascii
 from ...gemm import GemmPlan, gemm_plan, gemm_source, run_gemm, transpose_copy_bytes
 from .cublas import Cublas
 
@@ -98,7 +99,7 @@ def _unscaled_contraction_fn(impl: str, eq: str, shapes, dtype: str, path):
             xs = [v.astype(dtype, copy=False) for v in views]
             cupy.copyto(dest, expr(*xs), casting="unsafe")  # backend inferred: cupy
         return pairwise
-    ascii_eq = einsum_mod.to_ascii(eq)
+    ascii_eq = to_ascii(eq)
 
     def via_einsum(views, dest):
         r = cupy.einsum(ascii_eq, *(v.astype(dtype, copy=False) for v in views))

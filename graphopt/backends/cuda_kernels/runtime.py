@@ -3,8 +3,8 @@ fallback for groups the generator refuses."""
 
 from __future__ import annotations
 
-from ... import einsum as einsum_mod
 from ... import ir, ops
+from ...einsum_numpy import to_ascii
 from .. import cuda_codegen as cg
 from .. import scalar_semantics as ss
 
@@ -99,7 +99,7 @@ def eager_fn(sub):
                 if d["op"] == "relu":
                     r = cupy.maximum(xs[0], xs[0].dtype.type(0))
                 elif d["op"] == "einsum" and len(xs) <= 2:
-                    r = cupy.einsum(einsum_mod.to_ascii(eq), *xs)
+                    r = cupy.einsum(to_ascii(eq), *xs)
                 elif d["op"] == "einsum":
                     import opt_einsum
 

@@ -24,7 +24,7 @@ from dask.highlevelgraph import HighLevelGraph
 from ... import ops
 from ...contraction_program import PathContraction
 from ...einsum import split as split_equation
-from ...einsum import to_ascii
+from ...einsum_numpy import to_ascii
 from ...errors import GraphError
 from ...paths import default_path, label_sizes, play_path
 from ...sliced_contraction import full_slice_shapes, slice_index, slice_ranges

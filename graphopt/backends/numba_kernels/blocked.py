@@ -145,7 +145,7 @@ class _BlockedSource(_Source):
                 f"# out {tuple(rd['shape'])} {rd['dtype']}; loop space {self.space} collapsed "
                 f"to {tuple(self.cext)}; {self.nblocks} block(s) of {self.bs} along dim 0",
                 "import numpy as np", "",
-                "from graphopt.einsum import evaluate as einsum_evaluate  # noqa: F401",
+                "from graphopt.einsum_numpy import evaluate as einsum_evaluate  # noqa: F401",
                 "from graphopt import ops as _ops  # noqa: F401",
                 "from graphopt.backends.numba_codegen import run_blocks"]
         head += [f"{name} = {text}" for name, text in self.globals.items()]

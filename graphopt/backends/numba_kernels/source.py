@@ -50,7 +50,7 @@ from typing import Callable
 import numpy as np
 
 from ... import ir
-from ...einsum import to_ascii
+from ...einsum_numpy import to_ascii
 from ...fused import classify, group_maps, operand_index_map, reduction_maps
 from .. import scalar_semantics as ss
 from .expressions import _NB, _T, ScalarPrinter, UnsupportedKernel, _fast_table, _file_digest
@@ -380,7 +380,7 @@ class _Source(ScalarPrinter, LoopNest):
                 f"{self.fast_digest}; numba_scalar {_file_digest('numba_scalar')}",
                 "import cmath  # noqa: F401", "", "import numba", "import numpy as np",
                 "from numba import prange  # noqa: F401", "from numba import types as nt",
-                "from graphopt.einsum import evaluate as einsum_evaluate  # noqa: F401"]
+                "from graphopt.einsum_numpy import evaluate as einsum_evaluate  # noqa: F401"]
         if self.parallel:
             head.append("from graphopt.backends.numba_codegen import launch")
         for module, names in (("numba_math", ("fmaximum", "fminimum", "sum_add")),
