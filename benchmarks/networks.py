@@ -20,11 +20,16 @@ missing. For each, in one process:
   path-search seconds, and the median call; opt_einsum
   executing cotengra's path (median call); quimb's own ``contract(all)`` (end to end: its
   first call in the process, path search included; median call), on quimb's networks and
-  on the others as a quimb ``TensorNetwork`` of the same arrays and index names;
+  on the others as a quimb ``TensorNetwork`` of the same arrays and index names, and what
+  building that ``TensorNetwork`` takes;
 - the same end-to-end times as medians over ``--processes`` pairs of fresh processes
   (``first_in_process``: each contracts a small unrelated network with both libraries
   first, then this one once; graphopt's second of a pair on the path and kernel cache the
-  first left), the figures the table shows where they were taken;
+  first left), the figures the table shows where they were taken. The table gives them
+  two ways (``_end_to_end``): search and run (graphopt's compile and call of its graph
+  against quimb's contraction of its network, each library's object already built, as
+  the issue's "search + run" reads) and from the arrays (each library's object built
+  first: graphopt's graph, quimb's ``TensorNetwork``);
 - the largest relative difference of graphopt's result from opt_einsum's, float64/complex128.
 
 ``--mode both`` (the default) runs the instances once pinned to one core with one thread per
@@ -208,8 +213,11 @@ def first_in_process(name: str, cache: str) -> dict:
     contracted once by graphopt and once by quimb (what any earlier work in a process
     would have set up: imports, BLAS, code caches), then ``name`` end to end by graphopt
     (``_graphopt_end_to_end``, path and kernel cache ``cache``) and quimb's first
-    ``contract(all)`` of it, each after a garbage collection: ``{"graphopt": s, "quimb": s
-    or None}``."""
+    ``contract(all)`` of it, each after a garbage collection. Seconds: ``{"graphopt": the
+    graph built, compiled and called, "graphopt_search_run": compiled and called (its
+    search and run, as quimb's contraction of a network it holds), "quimb": that
+    contraction, "quimb_build": quimb's ``TensorNetwork`` built from the same arrays and
+    index names}`` (quimb's None without quimb)."""
     import numpy as np
 
     import graphopt as go
@@ -224,25 +232,31 @@ def first_in_process(name: str, cache: str) -> dict:
     eq, arrays, tn = INSTANCES[name][1]()
     terms, out = _terms(eq)
     gc.collect()
-    seconds = _graphopt_end_to_end(name, eq, arrays)[-1]
-    tn = tn if tn is not None else _quimb_network(terms, out, arrays)
-    quimb = None
-    if tn is not None:
+    _, _, build, _, seconds = _graphopt_end_to_end(name, eq, arrays)
+    got = {"graphopt": seconds, "graphopt_search_run": seconds - build, "quimb": None,
+           "quimb_build": None}
+    t0 = time.perf_counter()
+    built = _quimb_network(terms, out, arrays)
+    if built is not None:
+        got["quimb_build"] = time.perf_counter() - t0
         gc.collect()
         t0 = time.perf_counter()
-        tn.contract(all, output_inds=tuple(out))
-        quimb = time.perf_counter() - t0
-    return {"graphopt": seconds, "quimb": quimb}
+        (tn if tn is not None else built).contract(all, output_inds=tuple(out))
+        got["quimb"] = time.perf_counter() - t0
+    return got
 
 
 def _fresh_processes(name: str, processes: int) -> dict:
     """``first_in_process`` in ``processes`` pairs of fresh processes, each pair on a new
     empty cache: the first a first process, the second a second one (the path and kernels
-    on disk). The times, and the medians of graphopt's first and second and of quimb's
+    on disk). The times, and their medians: graphopt's first and second, from the arrays
+    and search and run alone, and quimb's contraction and its network built and contracted
     (both processes of each pair)."""
     import subprocess
 
-    runs: dict = {"graphopt_first": [], "graphopt_second": [], "quimb": []}
+    runs: dict = {"graphopt_first": [], "graphopt_second": [],
+                  "graphopt_first_search_run": [], "graphopt_second_search_run": [],
+                  "quimb": [], "quimb_from_arrays": []}
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     for _ in range(processes):
         with tempfile.TemporaryDirectory() as cache:
@@ -252,8 +266,10 @@ def _fresh_processes(name: str, processes: int) -> dict:
                                       cwd=root, capture_output=True, text=True, check=True)
                 got = json.loads(done.stdout.strip().splitlines()[-1])
                 runs[which].append(got["graphopt"])
+                runs[which + "_search_run"].append(got["graphopt_search_run"])
                 if got["quimb"] is not None:
                     runs["quimb"].append(got["quimb"])
+                    runs["quimb_from_arrays"].append(got["quimb"] + got["quimb_build"])
     return dict(runs, **{f"{k}_median": statistics.median(v) if v else None
                          for k, v in runs.items()})
 
@@ -300,20 +316,26 @@ def measure(name: str, budget: float, processes: int = 0) -> dict:
         path_cache.clear_memo()   # as a second process: the path and kernels from disk
         compiler.clear_cache()
         gc.collect()
-        again = build_compile_call()[-1]
+        _, _, again_build, _, again = build_compile_call()
         del os.environ["GRAPHOPT_CACHE_DIR"]
     row["graphopt"] = {"flops": group["flops_after"], "search_seconds": search.get("seconds"),
                        "searcher": search.get("searcher", group["optimizer"]),
                        "graph_build_seconds": build_s, "compile_seconds": compile_s,
                        "end_to_end_seconds": end_to_end,
-                       "second_process_end_to_end_seconds": again, "run_seconds": run_s}
+                       "second_process_end_to_end_seconds": again,
+                       "second_process_graph_build_seconds": again_build, "run_seconds": run_s}
     expr = opt_einsum.contract_expression(eq, *(a.shape for a in arrays), optimize=ctg_path)
     ref = expr(*arrays)
     row["opt_einsum_cotengra_path_run_seconds"] = _median_call(lambda: expr(*arrays))
     scale = max(float(np.max(np.abs(ref))), 1e-300)
     row["max_rel_diff"] = float(np.max(np.abs(np.asarray(got) - ref)) / scale)
-    tn = tn if tn is not None else _quimb_network(terms, out, arrays)
-    if tn is not None:
+    _quimb_network(["ab"], "", [np.ones((2, 2))])    # (quimb imported before the clock)
+    t0 = time.perf_counter()
+    built = _quimb_network(terms, out, arrays)
+    if built is not None:
+        row["quimb_build_seconds"] = time.perf_counter() - t0
+        tn = tn if tn is not None else built
+
         def quimb_contract():
             return tn.contract(all, output_inds=tuple(out))
         gc.collect()
@@ -333,16 +355,33 @@ def _g(x):
     return "–" if x is None else f"{x:.3g}"
 
 
-def _end_to_end(row: dict) -> tuple:
-    """``(graphopt's first, its second process, quimb's)`` end-to-end seconds of a row:
-    the fresh processes' medians where they were taken, else the one measurement."""
+def _end_to_end(row: dict) -> dict:
+    """A row's end-to-end seconds: ``{"search_run": (graphopt's first, its second
+    process, quimb's), "from_arrays": (the same)}``. Search and run: graphopt's compile and
+    first call of the graph, quimb's ``contract(all)`` of the network (each library's own
+    object built, as a user holds it); from the arrays: each with that object built first
+    (quimb's a ``TensorNetwork`` of the arrays and index names). The fresh processes'
+    medians where they were taken, else the one measurement; None where quimb is
+    missing."""
     fresh = row.get("fresh_processes")
     if fresh:
-        return (fresh["graphopt_first_median"], fresh["graphopt_second_median"],
-                fresh["quimb_median"])
+        return {"search_run": (fresh["graphopt_first_search_run_median"],
+                               fresh["graphopt_second_search_run_median"],
+                               fresh["quimb_median"]),
+                "from_arrays": (fresh["graphopt_first_median"],
+                                fresh["graphopt_second_median"],
+                                fresh["quimb_from_arrays_median"])}
     go_ = row["graphopt"]
-    return (go_["end_to_end_seconds"], go_["second_process_end_to_end_seconds"],
-            row.get("quimb_end_to_end_seconds"))
+    first, second = go_["end_to_end_seconds"], go_["second_process_end_to_end_seconds"]
+    quimb = row.get("quimb_end_to_end_seconds")
+    return {"search_run": (first - go_["graph_build_seconds"],
+                           second - go_["second_process_graph_build_seconds"], quimb),
+            "from_arrays": (first, second,
+                            None if quimb is None else quimb + row["quimb_build_seconds"])}
+
+
+def _ms(x):
+    return "–" if x is None else f"{x * 1e3:.3g}"
 
 
 def table(rows: list[dict]) -> str:
@@ -350,22 +389,26 @@ def table(rows: list[dict]) -> str:
     its default) and times (search, run, end to end) against the peers."""
     out = ["| instance | tensors / labels | greedy FLOPs | cotengra FLOPs | graphopt FLOPs "
            "(same budget) | graphopt FLOPs (default) | graphopt search s | graphopt run ms "
-           "| oe + cotengra path run ms | graphopt end to end s (first / cached) "
-           "| quimb end to end s | max rel diff |",
-           "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+           "| oe + cotengra path run ms | graphopt search + run ms (first / second process) "
+           "| quimb contract ms | from the arrays ms: graphopt (first / second) / quimb "
+           "| max rel diff |",
+           "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         if "skipped" in r:
-            out.append(f"| {r['instance']} | skipped: {r['skipped']} |" + " |" * 10)
+            out.append(f"| {r['instance']} | skipped: {r['skipped']} |" + " |" * 11)
             continue
         go_ = r["graphopt"]
-        first, second, quimb = _end_to_end(r)
+        e2e = _end_to_end(r)
+        (first, second, quimb), (a_first, a_second, a_quimb) = \
+            e2e["search_run"], e2e["from_arrays"]
         out.append(
             f"| {r['instance']} | {r['tensors']} / {r['labels']} | {_g(r['greedy']['flops'])} "
             f"| {_g(r['cotengra']['flops'])} | {_g(r['graphopt_same_budget']['flops'])} "
             f"| {_g(go_['flops'])} | {_g(go_['search_seconds'])} "
             f"| {_g(go_['run_seconds'] * 1e3)} "
             f"| {_g(r['opt_einsum_cotengra_path_run_seconds'] * 1e3)} "
-            f"| {_g(first)} / {_g(second)} | {_g(quimb)} "
+            f"| {_ms(first)} / {_ms(second)} | {_ms(quimb)} "
+            f"| {_ms(a_first)} / {_ms(a_second)} / {_ms(a_quimb)} "
             f"| {r['max_rel_diff']:.1e} |")
     done = [r for r in rows if "skipped" not in r]
     for what in ("flops", "combo") if done else ():
@@ -376,6 +419,12 @@ def table(rows: list[dict]) -> str:
         out.append(f"{'' if what == 'combo' else chr(10)}graphopt / cotengra path "
                    f"{'FLOPs' if what == 'flops' else 'combo cost'} at the same budget: "
                    f"geometric mean {gm:.3f}, worst {worst[0]:.3f} ({worst[1]})")
+    for what, label in (("search_run", "search + run"), ("from_arrays", "from the arrays")):
+        ratios = [(e[2] / e[0], r["instance"]) for r in done
+                  for e in [_end_to_end(r)[what]] if e[2] is not None]
+        if ratios:
+            out.append(f"quimb / graphopt (first process), {label}: " + ", ".join(
+                f"{n} {x:.2f}" for x, n in ratios))
     return "\n".join(out)
 
 

@@ -142,18 +142,27 @@ def test_first_contract_benchmark_contracts_distinct_networks_against_peers(tmp_
 
 def test_networks_end_to_end_in_a_fresh_process_and_the_table_s_medians(tmp_path, monkeypatch):
     """``benchmarks.networks``' fresh-process measure: after a small unrelated network, the
-    instance end to end by graphopt (and quimb's first contraction, where quimb is
-    installed), its cache where it was told; the table's end-to-end columns are the fresh
-    processes' medians where they were taken, else the one measurement."""
+    instance end to end by graphopt (and quimb's first contraction, and its network built
+    from the arrays, where quimb is installed), its cache where it was told; the table's
+    end-to-end columns, search and run and from the arrays, are the fresh processes'
+    medians where they were taken, else the one measurement."""
     pytest.importorskip("cotengra")
     from benchmarks import networks
 
     monkeypatch.setenv("GRAPHOPT_CACHE_DIR", str(tmp_path / "outer"))   # (restored after)
     got = networks.first_in_process("tree", str(tmp_path / "cache"))
-    assert got["graphopt"] > 0 and (got["quimb"] is None or got["quimb"] > 0)
-    row = {"graphopt": {"end_to_end_seconds": 1.0, "second_process_end_to_end_seconds": 0.5},
-           "quimb_end_to_end_seconds": 2.0}
-    assert networks._end_to_end(row) == (1.0, 0.5, 2.0)
-    row["fresh_processes"] = {"graphopt_first_median": 0.9, "graphopt_second_median": 0.4,
-                              "quimb_median": 1.5}
-    assert networks._end_to_end(row) == (0.9, 0.4, 1.5)
+    assert 0 < got["graphopt_search_run"] < got["graphopt"], got
+    assert (got["quimb"] is None) == (got["quimb_build"] is None), got
+    assert got["quimb"] is None or got["quimb"] > 0 and got["quimb_build"] > 0, got
+    row = {"graphopt": {"end_to_end_seconds": 1.0, "graph_build_seconds": 0.25,
+                        "second_process_end_to_end_seconds": 0.5,
+                        "second_process_graph_build_seconds": 0.125},
+           "quimb_end_to_end_seconds": 2.0, "quimb_build_seconds": 0.5}
+    assert networks._end_to_end(row) == {"search_run": (0.75, 0.375, 2.0),
+                                         "from_arrays": (1.0, 0.5, 2.5)}
+    row["fresh_processes"] = {
+        "graphopt_first_median": 0.9, "graphopt_second_median": 0.4,
+        "graphopt_first_search_run_median": 0.7, "graphopt_second_search_run_median": 0.3,
+        "quimb_median": 1.5, "quimb_from_arrays_median": 1.75}
+    assert networks._end_to_end(row) == {"search_run": (0.7, 0.3, 1.5),
+                                         "from_arrays": (0.9, 0.4, 1.75)}
