@@ -214,11 +214,9 @@ class OptimizationReport:
                 start = s.get("greedy", "greedy")
                 how = s["searcher"] if s["searcher"].startswith(start) else \
                     f"{start}, then {s['searcher']}"
-                kept = " (kept in this process only: a greedy path)" \
-                    if s.get("kept") == "this process" else ""
                 found = (f"{how}, {s['trials']} trial(s), {s['seconds'] * 1e3:.1f} ms"
                          f" of a {s['budget_seconds'] * 1e3:.1f} ms budget, path cache "
-                         f"{s['cache']}{kept}")
+                         f"{s['cache']}")
             lines.append(f"    node {g['root']}: {g['operands']} operands  "
                          f"{g['flops_before']:.3g} / {g.get('flops_greedy', 0):.3g} / "
                          f"{g['flops_after']:.3g}  {g['decision']}"

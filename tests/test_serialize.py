@@ -270,3 +270,27 @@ def test_save_is_atomic(tmp_path, monkeypatch):
         go.save(g2, path)
     assert path.read_bytes() == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["g.json"]
+
+
+def test_write_atomic_takes_another_temporary_name_where_its_own_is_taken(tmp_path,
+                                                                          monkeypatch):
+    """A temporary file of the same name left by a crashed writer (a process id reused) is
+    neither written through nor removed: the text goes through ``mkstemp``'s name, and the
+    file is its owner's alone."""
+    import itertools
+    import stat
+    import threading
+
+    from graphopt import serialize
+
+    monkeypatch.setattr(serialize, "_temp_names", itertools.repeat(7))
+    path = tmp_path / "entry.json"
+    left = tmp_path / f"entry.json.{os.getpid()}-{threading.get_ident()}-7.tmp"
+    left.write_text("a crashed writer's")
+    serialize.write_atomic(str(path), '{"é": 1}')
+    assert path.read_text(encoding="utf-8") == '{"é": 1}'
+    assert left.read_text() == "a crashed writer's"
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([path.name, left.name])
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    serialize.write_atomic(str(path), "[]")     # over an existing file, the same way
+    assert path.read_text() == "[]"
