@@ -22,10 +22,10 @@ missing. For each, in one process:
   first call in the process, path search included; median call), on quimb's networks and
   on the others as a quimb ``TensorNetwork`` of the same arrays and index names, and what
   building that ``TensorNetwork`` takes;
-- the same end-to-end times as medians over ``--processes`` pairs of fresh processes
+- the same end-to-end times as medians over ``--processes`` triples of fresh processes
   (``first_in_process``: each contracts a small unrelated network with both libraries
-  first, then this one once; graphopt's second of a pair on the path and kernel cache the
-  first left), the figures the table shows where they were taken. The table gives them
+  first, then this one once with one library; graphopt's second on the path and kernel
+  cache its first left), the figures the table shows where they were taken. The table gives them
   two ways (``_end_to_end``): search and run (graphopt's compile and call of its graph
   against quimb's contraction of its network, each library's object already built, as
   the issue's "search + run" reads) and from the arrays (each library's object built
@@ -208,16 +208,18 @@ def _graphopt_end_to_end(name: str, eq: str, arrays) -> tuple:
     return plan, plan(*arrays), built - t0, compiled - built, time.perf_counter() - t0
 
 
-def first_in_process(name: str, cache: str) -> dict:
+def first_in_process(name: str, cache: str, library: str = "graphopt") -> dict:
     """In this process, which has contracted nothing yet: a small unrelated network
     contracted once by graphopt and once by quimb (what any earlier work in a process
-    would have set up: imports, BLAS, code caches), then ``name`` end to end by graphopt
-    (``_graphopt_end_to_end``, path and kernel cache ``cache``) and quimb's first
-    ``contract(all)`` of it, each after a garbage collection. Seconds: ``{"graphopt": the
-    graph built, compiled and called, "graphopt_search_run": compiled and called (its
-    search and run, as quimb's contraction of a network it holds), "quimb": that
-    contraction, "quimb_build": quimb's ``TensorNetwork`` built from the same arrays and
-    index names}`` (quimb's None without quimb)."""
+    would have set up: imports, BLAS, code caches), then ``name`` end to end by ``library``
+    alone, after a garbage collection: one library a process, since the memory one frees
+    serves the other's first allocations without page faults (quimb's first contraction of
+    the lattice took 2.5 ms less after 5 MB was allocated and freed). Seconds: graphopt's
+    ``{"graphopt": the graph built, compiled and called (``_graphopt_end_to_end``, path and
+    kernel cache ``cache``), "graphopt_search_run": compiled and called (its search and
+    run, as quimb's contraction of a network it holds)}``, or quimb's ``{"quimb": its first
+    ``contract(all)``, "quimb_build": its ``TensorNetwork`` built from the same arrays and
+    index names}`` (None without quimb)."""
     import numpy as np
 
     import graphopt as go
@@ -232,9 +234,10 @@ def first_in_process(name: str, cache: str) -> dict:
     eq, arrays, tn = INSTANCES[name][1]()
     terms, out = _terms(eq)
     gc.collect()
-    _, _, build, _, seconds = _graphopt_end_to_end(name, eq, arrays)
-    got = {"graphopt": seconds, "graphopt_search_run": seconds - build, "quimb": None,
-           "quimb_build": None}
+    if library == "graphopt":
+        _, _, build, _, seconds = _graphopt_end_to_end(name, eq, arrays)
+        return {"graphopt": seconds, "graphopt_search_run": seconds - build}
+    got = {"quimb": None, "quimb_build": None}
     t0 = time.perf_counter()
     built = _quimb_network(terms, out, arrays)
     if built is not None:
@@ -247,29 +250,35 @@ def first_in_process(name: str, cache: str) -> dict:
 
 
 def _fresh_processes(name: str, processes: int) -> dict:
-    """``first_in_process`` in ``processes`` pairs of fresh processes, each pair on a new
-    empty cache: the first a first process, the second a second one (the path and kernels
-    on disk). The times, and their medians: graphopt's first and second, from the arrays
-    and search and run alone, and quimb's contraction and its network built and contracted
-    (both processes of each pair)."""
+    """``first_in_process`` in ``processes`` triples of fresh processes: graphopt's first
+    and second on a new empty cache (the second on the path and kernels the first left on
+    disk), and quimb's. The times, and their medians: graphopt's first and second, from
+    the arrays and search and run alone, and quimb's contraction and its network built
+    and contracted."""
     import subprocess
 
     runs: dict = {"graphopt_first": [], "graphopt_second": [],
                   "graphopt_first_search_run": [], "graphopt_second_search_run": [],
                   "quimb": [], "quimb_from_arrays": []}
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+    def fresh(library: str, cache: str) -> dict:
+        done = subprocess.run([sys.executable, "-m", "benchmarks.networks",
+                               "--first-in-process", name, "--cache", cache,
+                               "--library", library],
+                              cwd=root, capture_output=True, text=True, check=True)
+        return json.loads(done.stdout.strip().splitlines()[-1])
+
     for _ in range(processes):
         with tempfile.TemporaryDirectory() as cache:
             for which in ("graphopt_first", "graphopt_second"):
-                done = subprocess.run([sys.executable, "-m", "benchmarks.networks",
-                                       "--first-in-process", name, "--cache", cache],
-                                      cwd=root, capture_output=True, text=True, check=True)
-                got = json.loads(done.stdout.strip().splitlines()[-1])
+                got = fresh("graphopt", cache)
                 runs[which].append(got["graphopt"])
                 runs[which + "_search_run"].append(got["graphopt_search_run"])
-                if got["quimb"] is not None:
-                    runs["quimb"].append(got["quimb"])
-                    runs["quimb_from_arrays"].append(got["quimb"] + got["quimb_build"])
+            got = fresh("quimb", cache)
+            if got["quimb"] is not None:
+                runs["quimb"].append(got["quimb"])
+                runs["quimb_from_arrays"].append(got["quimb"] + got["quimb_build"])
     return dict(runs, **{f"{k}_median": statistics.median(v) if v else None
                          for k, v in runs.items()})
 
@@ -475,16 +484,18 @@ def main(argv=None) -> int:
     p.add_argument("--instances", default=",".join(INSTANCES))
     p.add_argument("--budget", type=float, default=2.0, help="path-search seconds given to "
                    "cotengra and to graphopt for the same-budget comparison")
-    p.add_argument("--processes", type=int, default=3, help="pairs of fresh processes "
+    p.add_argument("--processes", type=int, default=3, help="triples of fresh processes "
                    "whose end-to-end times the table gives as medians (0: one measurement "
                    "in the benchmark's process)")
     p.add_argument("--mode", choices=("both", "pinned", "default"), default="both")
     p.add_argument("--json", default=None)
     p.add_argument("--first-in-process", default=None, help=argparse.SUPPRESS)
     p.add_argument("--cache", default=None, help=argparse.SUPPRESS)
+    p.add_argument("--library", default="graphopt", choices=("graphopt", "quimb"),
+                   help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.first_in_process:     # one fresh process of ``_fresh_processes``
-        print(json.dumps(first_in_process(args.first_in_process, args.cache)))
+        print(json.dumps(first_in_process(args.first_in_process, args.cache, args.library)))
         return 0
     args.instances = args.instances.split(",")
     return main_per_mode("benchmarks.networks", args.mode,
