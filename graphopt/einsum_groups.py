@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from . import einsum as einsum_mod
 from . import ir
 from .einsum import label
+from .paths import label_sizes
 
 
 def _member(G, n) -> bool:
@@ -98,10 +99,10 @@ def merge(G, group: list[int]) -> Merged:
     d = G.nodes[root]
     if len(group) == 1 and d["op"] == "einsum":
         operands = ir.operands(G, root)
-        terms, output = einsum_mod.split(d["attrs"]["equation"])
-        sizes = {}
-        for t, u in zip(terms, operands):
-            sizes.update(zip(t, G._node[u]["shape"]))
+        eq = d["attrs"]["equation"]
+        terms, output = einsum_mod.split(eq)
+        # (memoized: the node's written order and FLOP counts read the same sizes)
+        sizes = label_sizes(eq, [G._node[u]["shape"] for u in operands])
         return Merged(operands, terms, output, sizes)
     return _substituted(G, group)
 

@@ -359,7 +359,10 @@ def test_hyper_optimizer_chunks_end_a_trial_before_the_budget(monkeypatch):
     first = search_budget.HYPER_TRIAL_SECONDS_PER_TENSOR * len(terms)
     assert chunks[0][0] == pytest.approx(min(search_budget.HYPER_CHUNK_SECONDS,
                                              chunks[0][1] - first), abs=5e-3)
-    assert all(c <= left - trial_seconds + 1e-3 for c, left in chunks[1:])
+    # (the time left is read as the chunk starts, a moment after it was sized: a margin
+    # for a collection or a descheduled thread between the two, far below a trial's 40 ms;
+    # at 1 ms it failed 1 run in 6 on a shared 2-core machine)
+    assert all(c <= left - trial_seconds + 0.01 for c, left in chunks[1:]), chunks
     # (a margin for sleep's own overshoot on a loaded machine: far below a trial's 40 ms)
     assert run.elapsed() <= budget + 0.03 and run.hyper_trials == len(chunks)
     # too little time left for the first trial: none starts
