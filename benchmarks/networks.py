@@ -193,15 +193,14 @@ def _cotengra_path(eq, sizes, budget):
 
 
 def _graphopt_end_to_end(name: str, eq: str, arrays) -> tuple:
-    """``(plan, result, build s, compile s, end-to-end s)``: the graph built from the
-    equation (as ``go.contract`` builds it), compiled at default settings (cache=True) and
-    called once."""
+    """``(plan, result, build s, compile s, end-to-end s)``: the graph ``go.contract``
+    builds from the equation and arrays (``jit.contract_graph``), compiled at default
+    settings (cache=True) and called once."""
     import graphopt as go
+    from graphopt.jit import contract_graph
 
     t0 = time.perf_counter()
-    g = go.Graph(name)
-    g.output(go.einsum(eq, *(g.input(f"t{i}", a.shape, a.dtype)
-                             for i, a in enumerate(arrays))))
+    g = contract_graph(eq, arrays, name)
     built = time.perf_counter()
     plan = go.compile(g)
     compiled = time.perf_counter()

@@ -171,14 +171,19 @@ def contract(eq, *arrays, out=None, **compile_kwargs):
     if plan is None:
         from .compiler import compile
 
-        g = Graph("contract")
-        ts = [g.input(f"x{i}", a.shape, a.dtype) for i, a in enumerate(arrays)]
-        g.output(einsum(eq, *ts))
-        plan = compile(g, **compile_kwargs)
+        plan = compile(contract_graph(eq, arrays), **compile_kwargs)
         with _contract_lock:
             _contract_plans[key] = plan
     result = plan(*arrays)
     return result if out is None else _into(out, result, eq)
+
+
+def contract_graph(eq: str, arrays, name: str = "contract") -> Graph:
+    """The graph ``go.contract`` compiles for ``eq`` over NumPy ``arrays``: an input per
+    array (``x0``, ``x1``, ...) and their einsum."""
+    g = Graph(name)
+    g.output(einsum(eq, *g._array_inputs(arrays, "x")))
+    return g
 
 
 def _into(out, result, eq: str):

@@ -202,6 +202,32 @@ def test_tensor_is_symbolic(g):
     assert {x: 1}[x] == 1  # hashable by identity, although == builds a node
 
 
+def test_array_inputs_are_the_nodes_input_makes_at_the_callers_line(rng):
+    """``go.contract``'s inputs (``Graph._array_inputs``): the nodes ``g.input`` makes for
+    each array's shape and dtype, named by position, at the caller's line; a dtype graphopt
+    does not support, or a name taken, is ``input``'s error."""
+    arrays = [rng.standard_normal((2, 3)), np.ones(4, np.int8),
+              rng.standard_normal(3).astype(np.float32), np.ones((), np.complex128)]
+    one = go.Graph("a")
+    for i, a in enumerate(arrays):
+        one.input(f"x{i}", a.shape, a.dtype)
+    bulk = go.Graph("a")
+    ts = bulk._array_inputs(arrays, "x")  # src-array-inputs
+    G, H = one._ir, bulk._ir       # (the IR as built: no output yet)
+    assert H.graph["inputs"] == G.graph["inputs"] == [t.id for t in ts]
+    for n in G.graph["inputs"]:
+        assert {k: v for k, v in H.nodes[n].items() if k != "src"} == \
+            {k: v for k, v in G.nodes[n].items() if k != "src"}
+        assert H.nodes[n]["src"] == f"{FILE}:{line_of('src-array-inputs')}"
+    assert [t.shape for t in ts] == [a.shape for a in arrays]
+    with pytest.raises(go.InputError, match="duplicate input name 'x0'") as e:
+        bulk._array_inputs(arrays[:1], "x")
+    assert_located(e.value, "input")
+    with pytest.raises(go.DTypeError, match="unsupported dtype") as e:
+        go.Graph()._array_inputs([np.ones(2), np.array(["a"])], "x")
+    assert_located(e.value, "input")
+
+
 def test_source_lines_are_recorded(g):
     x = g.input("x", (2, 3))  # src-input
     y = go.exp(x) * 2  # src-mul
