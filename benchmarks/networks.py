@@ -25,11 +25,11 @@ missing. For each, in one process:
 - the same end-to-end times as medians over ``--processes`` triples of fresh processes
   (``first_in_process``: each contracts a small unrelated network with both libraries
   first, then this one once with one library; graphopt's second on the path and kernel
-  cache its first left), the figures the table shows where they were taken. The table gives them
-  two ways (``_end_to_end``): search and run (graphopt's compile and call of its graph
-  against quimb's contraction of its network, each library's object already built, as
-  the issue's "search + run" reads) and from the arrays (each library's object built
-  first: graphopt's graph, quimb's ``TensorNetwork``);
+  cache its first left), the figures the table shows where they were taken. The table
+  gives them two ways (``_end_to_end``): search and run (graphopt's compile and call of
+  its graph against quimb's contraction of its network, each library's object already
+  built, as the issue's "search + run" reads) and from the arrays (each library's object
+  built first: graphopt's graph, quimb's ``TensorNetwork``);
 - the largest relative difference of graphopt's result from opt_einsum's, float64/complex128.
 
 ``--mode both`` (the default) runs the instances once pinned to one core with one thread per

@@ -49,8 +49,8 @@ Paths are kept by the network's structure and sizes (``path_cache``: in this pro
 on disk beside the kernels), so a second compile or a second process does no search. An
 entry is used when it was searched with at least the budget now asked for; a corrupt
 entry, or one whose path does not fit the network, is dropped and searched again. A path
-that nothing but cotengrust's greedy found is kept too: writing its entry costs a first
-process 0.3-0.6 ms, and reading it saves every later one 0.5-0.9 ms (a 200-tensor MPS
+that nothing but cotengrust's greedy found is kept too: writing its entry cost a first
+process 0.45-0.65 ms, and reading it saved every later one 0.55-0.9 ms (a 200-tensor MPS
 product and a 198-tensor circuit, medians of eight pairs of fresh processes).
 """
 
