@@ -119,7 +119,6 @@ def measure(name: str, networks: int) -> dict:
     """Every figure of one instance kind (see the module docstring)."""
     import numpy as np
 
-
     _, build = INSTANCES[name]
     quimb = None
     try:

@@ -294,3 +294,11 @@ def test_write_atomic_takes_another_temporary_name_where_its_own_is_taken(tmp_pa
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
     serialize.write_atomic(str(path), "[]")     # over an existing file, the same way
     assert path.read_text() == "[]"
+    # a link planted at the temporary name is not written through
+    victim = tmp_path / "victim"
+    victim.write_text("untouched")
+    left.unlink()
+    left.symlink_to(victim)
+    serialize.write_atomic(str(path), "{}")
+    assert victim.read_text() == "untouched" and path.read_text() == "{}"
+    assert left.is_symlink()
