@@ -74,20 +74,28 @@ def enabled() -> bool:
 def _write(text: str, end: str = "") -> None:
     stream = sys.stderr
     if stream is not None:
-        stream.write("\r" + text.ljust(100) + end)
-        stream.flush()
+        try:
+            stream.write("\r" + text.ljust(100) + end)
+            stream.flush()
+        except (OSError, ValueError):   # (a stream closed or gone: the line is lost, not the
+            pass                        # drawing thread)
 
 
 def _draw_loop() -> None:
-    while True:
-        with _cond:   # drawn under the lock: an activity's "done" line is always its last
-            while not _active:
+    with _cond:   # drawn under the lock: an activity's "done" line is always its last
+        while True:
+            if not _active:
                 _cond.wait()
+                continue
             act = _active[0]
-            if time.perf_counter() - act.t0 >= SHOW_AFTER:
+            due = act.t0 + SHOW_AFTER - time.perf_counter()
+            if due <= 0:
                 act.shown = True
                 _write(act.line())
-        time.sleep(INTERVAL)
+                due = INTERVAL
+            # (the lock is free while waiting; an activity that starts or ends wakes it: a
+            # fixed sleep after each look could outlast a short activity's whole life)
+            _cond.wait(due)
 
 
 @contextmanager
@@ -113,6 +121,7 @@ def activity(label: str):
         _local.current = None
         with _cond:
             _active.remove(act)
+            _cond.notify()
             if act.shown:
                 _write(f"[graphopt] {act.label}: done in {time.perf_counter() - act.t0:.1f} s",
                        "\n")

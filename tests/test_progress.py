@@ -98,3 +98,23 @@ def test_a_long_plan_call_counts_its_steps(shown, capsys, monkeypatch):
     assert "running 'chain': done in" in err
     small = go.compile(_graph("small"), backend="numpy", cache=False)
     assert not small._long_running              # milliseconds: no activity at all
+
+
+def test_a_short_activity_after_a_long_look_is_still_drawn(monkeypatch, capsys):
+    """The drawing thread waits on the activities, not a fixed sleep: one that looked at
+    an activity under ``SHOW_AFTER`` and then slept ``INTERVAL`` missed a shorter one
+    started meanwhile (the test above failed so on a CI machine)."""
+    monkeypatch.setattr(progress, "SHOW_AFTER", 1.0)
+    monkeypatch.setattr(progress, "INTERVAL", 5.0)
+    go.show_progress(True)
+    try:
+        with progress.activity("first"):
+            time.sleep(0.05)      # the thread looks at it: not due for a second
+        monkeypatch.setattr(progress, "SHOW_AFTER", 0.02)
+        with progress.activity("second"):
+            time.sleep(0.3)
+    finally:
+        go.show_progress(None)
+    err = capsys.readouterr().err
+    assert "[graphopt] second" in err and "[graphopt] second: done in" in err, err
+    assert "first" not in err
