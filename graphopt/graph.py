@@ -46,8 +46,7 @@ class Graph:
         if not isinstance(name, str) or not name.isidentifier():
             raise InputError(f"input name {name!r} must be a Python identifier", op="input",
                              src=src)
-        if name in self._names:
-            raise InputError(f"duplicate input name {name!r}", op="input", src=src)
+        self._check_unused(name, src)
         try:
             shape = tuple(map(operator.index,
                               (shape,) if isinstance(shape, (int, np.integer)) else shape))
@@ -81,10 +80,14 @@ class Graph:
                 except GraphError as e:
                     raise e.located(op="input", src=src) from None
             name = f"{prefix}{i}"
-            if name in self._names:
-                raise InputError(f"duplicate input name {name!r}", op="input", src=src)
+            self._check_unused(name, src)
             tensors.append(self._declare(G, name, a.shape, dtype, src))
         return tensors
+
+    def _check_unused(self, name: str, src: str) -> None:
+        """``InputError`` where an input is named ``name`` already."""
+        if name in self._names:
+            raise InputError(f"duplicate input name {name!r}", op="input", src=src)
 
     def _declare(self, G, name: str, shape: tuple, dtype: str, src: str) -> "Tensor":
         """Input ``name`` (a checked name, shape and dtype) added to ``G``, this graph's IR."""
