@@ -22,9 +22,11 @@ step may allocate scratch: ``run_gemm``'s pre-summed operands, the copies it mak
 operands whose matrix is not a view (known exactly at planning, from the operands' strides:
 inputs and slice views as given, GEMM products kept as permuted views), ``einsum_matmul``'s
 copy of one operand into another memory order, and a product written before it is permuted
-into ``out``. ``Program.peak_bytes`` is the arena plus the
-largest step's scratch (``gemm.operand_scratch``) and the call's Python objects: what a
-call allocates at once, as ``tracemalloc`` measures it.
+into ``out``. A step whose copies are at least ``ARENA_COPY_BYTES`` makes them in a region
+at the end of the arena instead (``gemm.operand_copies``; ``ProgramStep.copies``).
+``Program.peak_bytes`` is the arena plus the largest step's scratch
+(``gemm.operand_scratch``) and the call's Python objects: what a call allocates at once, as
+``tracemalloc`` measures it.
 """
 
 from __future__ import annotations
@@ -44,11 +46,12 @@ from .gemm import (
     GemmPlan,
     c_strides,
     einsum_is_faster,
+    operand_copies,
     operand_scratch,
     pair_gemm_plan,
     run_gemm,
 )
-from .liveness import assign_arena_offsets, stacked_offsets
+from .liveness import align, assign_arena_offsets, stacked_offsets
 from .paths import label_sizes, play_path
 
 # The Python objects a call holds per step while it runs: the view of the step's place in
@@ -68,11 +71,20 @@ OBJECT_BYTES_PER_OPERAND = 104
 # slice): 104 + 16 x ndim bytes on CPython 3.11 and NumPy 2.4 (tracemalloc; 140-150 at
 # ndim 3), and a list holds 8 bytes an item
 VIEW_BYTES, VIEW_BYTES_PER_DIM, LIST_BYTES_PER_ITEM = 112, 16, 8
+PAIR_BYTES = 56     # a tuple of two (tracemalloc, CPython 3.11)
 # Intermediates of at most this many bytes in all each get their own place in the arena:
 # sharing would save less than this, and its best fit is quadratic in the intermediates
 # (1.9 of the 3.6 ms a 198-step circuit's program took to plan, to save 38 KB; 0.7-0.9 ms
 # of a 150-tensor tree's compile, to save 29 KB).
 UNSHARED_ARENA_BYTES = 1 << 17
+# A step whose GEMM copies at least this many bytes of its operands makes the copies in the
+# program's arena (kept between calls), not in memory NumPy allocates: glibc's malloc maps
+# fresh pages for such a block (its default mmap threshold), which every call then faults
+# in again (a 10x10 lattice's first call: 1839 page faults, 1100 of them its copies of
+# 0.2-1.3 MB; 780 with the copies in the arena, 6.3 -> 4.8-6.0 ms; its second call 249 -> 3,
+# 3.4 -> 2.6 ms). Smaller copies come from memory malloc reuses, and their places' views
+# would weigh more than they save.
+ARENA_COPY_BYTES = 1 << 17
 
 
 def call_object_bytes(n_steps: int, n_operands: int) -> int:
@@ -84,6 +96,14 @@ def call_object_bytes(n_steps: int, n_operands: int) -> int:
 def view_bytes(ndim: int) -> int:
     """What a view of ``ndim`` dims holds (``VIEW_BYTES``)."""
     return VIEW_BYTES + VIEW_BYTES_PER_DIM * ndim
+
+
+def copy_places_bytes(steps) -> int:
+    """What an arena's views of its steps' operand-copy places hold (``_Arena.places``: a
+    list of an item a step; a pair, and a view each copy, for a step that copies)."""
+    return LIST_BYTES_PER_ITEM * len(steps) + sum(
+        PAIR_BYTES + sum(view_bytes(len(c[1])) for c in s.copies if c is not None)
+        for s in steps if s.copies is not None)
 
 
 class ProgramStep(NamedTuple):
@@ -103,6 +123,9 @@ class ProgramStep(NamedTuple):
     offset: int | None = None
     scratch: int = 0
     scratch_new: int = 0
+    # per GEMM operand (A, B): ``(offset, shape)`` of the place in the arena its permuted
+    # copy is made in (``gemm.operand_copies``), or None (a view; or a copy NumPy makes)
+    copies: tuple | None = None
 
     def buffer(self, arena, dtype):
         """The step's place in ``arena`` (a 1-d uint8 NumPy or cupy array; C-contiguous, the
@@ -114,14 +137,24 @@ class ProgramStep(NamedTuple):
         nbytes = math.prod(self.shape) * np.dtype(dtype).itemsize
         return arena[self.offset:self.offset + nbytes].view(dtype).reshape(self.shape)
 
-    def run(self, operands: list, out, matmul: Callable | None, buf=None, xp=np):
+    def copy_buffers(self, arena, dtype) -> tuple | None:
+        """The places in ``arena`` (a 1-d uint8 NumPy array) of the GEMM operands' copies
+        (``run_gemm``'s ``copies``), or None where the step makes none there."""
+        if self.copies is None:
+            return None
+        return tuple(None if c is None else np.ndarray(c[1], dtype, arena, c[0])
+                     for c in self.copies)
+
+    def run(self, operands: list, out, matmul: Callable | None, buf=None, xp=np,
+            copies=None):
         """The step's result: into ``out`` where given (C-contiguous, the result's shape and
         dtype), else into ``buf`` (its place in the arena) where given, else a new array.
-        ``xp``: the operands' array module (NumPy, or cupy on a GPU)."""
+        ``xp``: the operands' array module (NumPy, or cupy on a GPU); ``copies``: the
+        step's ``copy_buffers``."""
         if out is not None:
             buf = None
         if self.gemm is not None:   # without ``out``: the product, permuted as a view
-            return run_gemm(xp, self.gemm, *operands, out, matmul, into=buf)
+            return run_gemm(xp, self.gemm, *operands, out, matmul, into=buf, copies=copies)
         if xp is not np:    # cupy's einsum takes no ``out``, and any number of operands
             res = xp.einsum(self.equation, *operands)
             target = out if out is not None else buf
@@ -150,13 +183,17 @@ class Program:
     # labels of size 1 are dropped before planning (``squeeze_ones``): the operands' shapes
     # without them and the result's whole shape, or None where no label is of size 1
     squeeze: tuple[tuple, tuple] | None = None
+    # where the region of the GEMM operands' copies begins (``ProgramStep.copies``): it
+    # ends with the arena
+    copy_region: int = 0
 
     def peak_bytes(self, into_out: bool = True, device_itemsize: int | None = None) -> int:
         """What one call allocates at once: the arena, the largest step's scratch (the last
         step writing into the caller's ``out``, ``into_out``, or a new array, then counted)
         and the call's Python objects (``OBJECT_BYTES_PER_STEP`` a step,
-        ``OBJECT_BYTES_PER_OPERAND`` an operand, and where size-1 labels are dropped a view
-        of each operand and of the result). Operands and ``out`` are the caller's, not
+        ``OBJECT_BYTES_PER_OPERAND`` an operand, where size-1 labels are dropped a view of
+        each operand and of the result, and the views of the operands' copies' places
+        made with the arena, ``copy_places_bytes``). Operands and ``out`` are the caller's, not
         counted. ``device_itemsize``: the call runs on a device (cupy) in elements of that
         size, whose memory holds arrays only: no Python objects, and a step that is not a
         GEMM holds its whole result beside its place (``cupy.einsum`` makes it; it is then
@@ -172,6 +209,8 @@ class Program:
             shapes, out_shape = self.squeeze
             objects += view_bytes(len(out_shape)) + sum(
                 view_bytes(len(s)) + LIST_BYTES_PER_ITEM for s in shapes)
+        if self.arena_bytes > self.copy_region:
+            objects += copy_places_bytes(self.steps)
         return self.arena_bytes + objects + max(
             (s.scratch_new if k == last and not into_out else s.scratch
              for k, s in enumerate(self.steps)), default=0)
@@ -207,12 +246,14 @@ def _plan_step(equation: str, in_shapes: tuple, blas: bool, device: bool = False
 @functools.lru_cache(maxsize=4096)
 def _planned_step(equation: str, in_shapes: tuple, in_strides: tuple, blas: bool,
                   itemsize: int, device: bool = False
-                  ) -> tuple[str, tuple, GemmPlan | None, int, tuple]:
+                  ) -> tuple[str, tuple, GemmPlan | None, int, tuple, tuple | None]:
     """``_plan_step`` of one step for operands of element ``in_strides``, with the bytes it
     allocates beside its operands and result (a GEMM's for its operands,
     ``operand_scratch``; np.einsum's own, ``np_einsum_bytes``; 0 for a step of more than
-    two operands, whose result ``evaluate`` makes) and the result's element strides.
-    Memoized: the steps of a large network repeat (an MPS's bulk, a circuit's layers)."""
+    two operands, whose result ``evaluate`` makes), the result's element strides, and on the
+    host a GEMM's ``operand_copies`` (their bytes not counted in the first: the program
+    places them), else None. Memoized: the steps of a large network repeat (an MPS's
+    bulk, a circuit's layers)."""
     equation, shape, plan, size = _plan_step(equation, in_shapes, blas, device)
     if plan is None:
         if len(in_shapes) <= 2:
@@ -223,10 +264,14 @@ def _planned_step(equation: str, in_shapes: tuple, in_strides: tuple, blas: bool
                 all(tuple(st) == c_strides(sh) for sh, st in zip(in_shapes, in_strides))))
         else:
             held = 0
-        return equation, shape, None, held, c_strides(shape)
-    held, res_strides = operand_scratch(plan, list(zip(in_shapes, in_strides)), itemsize,
-                                        blas)
-    return equation, shape, plan, held, res_strides
+        return equation, shape, None, held, c_strides(shape), None
+    layouts = list(zip(in_shapes, in_strides))
+    copies = None if device else operand_copies(plan, layouts)
+    if copies == (None, None):
+        copies = None
+    held, res_strides = operand_scratch(plan, layouts, itemsize, blas,
+                                        copied=copies is None)
+    return equation, shape, plan, held, res_strides, copies
 
 
 def squeeze_ones(terms: Sequence[str], output: str, shapes, strides):
@@ -263,6 +308,7 @@ def plan_program(terms: Sequence[str], output: str, path, shapes, dtype,
     current = [(tuple(s), c_strides(s), None) for s in shapes] if strides is None else \
         [(tuple(s), tuple(t), None) for s, t in zip(shapes, strides)]
     planned, intervals, sizes = [], {}, {}
+    copying = {}          # step -> its operand_copies (``_place_copies`` places them)
     played = play_path(terms, output, path)
     last = len(played) - 1
     for k, (inds, picked, result) in enumerate(played):
@@ -284,15 +330,17 @@ def plan_program(terms: Sequence[str], output: str, path, shapes, dtype,
                     intervals[x[2]] = (x[2], k)
             for i in reversed(inds):
                 del current[i]
-        eq, shape, plan, held, res_strides = _planned_step(
+        eq, shape, plan, held, res_strides, copies = _planned_step(
             first_use_equation(picked, result), in_shapes, in_strides, blas, itemsize, device)
         nbytes = math.prod(shape) * itemsize
+        if copies is not None:
+            copying[k] = copies
         if plan is not None:
             # into ``out``: a product to permute is written beside it first
             scratch = held + (nbytes if k == last and plan.out_perm is not None else 0)
         else:   # np.einsum writes its buffer directly; ``evaluate`` makes its own result
             scratch = nbytes if len(inds) > 2 else held
-        planned.append((inds, eq, shape, plan, scratch, held + nbytes))
+        planned.append([inds, eq, shape, plan, scratch, held + nbytes])
         # the last result is the caller's (``out``) or new; a step of more than two
         # operands makes its own (``evaluate``)
         current.append((shape, res_strides, k if k < last and len(inds) <= 2 else None))
@@ -300,14 +348,40 @@ def plan_program(terms: Sequence[str], output: str, path, shapes, dtype,
     held = {k: sizes[k] for k in intervals}
     if layout_of is not None and _fits_layout(held, layout_of, itemsize):
         offsets = {k: layout_of.steps[k].offset for k in held}
-        arena_bytes = layout_of.arena_bytes
+        arena_bytes, region = layout_of.arena_bytes, layout_of.copy_region
+        copies, _ = _place_copies(copying, planned, itemsize, region, arena_bytes)
     else:
         offsets, arena_bytes = (stacked_offsets(held)
                                 if sum(held.values()) <= UNSHARED_ARENA_BYTES
                                 else assign_arena_offsets(intervals, held))
-    steps = tuple(ProgramStep(inds, eq, shape, plan, offsets.get(k), scratch, scratch_new)
+        region = align(arena_bytes)
+        copies, reach = _place_copies(copying, planned, itemsize, region)
+        if copies:
+            arena_bytes = reach
+    steps = tuple(ProgramStep(inds, eq, shape, plan, offsets.get(k), scratch, scratch_new,
+                              copies.get(k))
                   for k, (inds, eq, shape, plan, scratch, scratch_new) in enumerate(planned))
-    return Program(steps, arena_bytes)
+    return Program(steps, arena_bytes, copy_region=region)
+
+
+def _place_copies(copying: dict, planned: list, itemsize: int, region: int,
+                  end: int | None = None) -> tuple[dict, int]:
+    """``(step -> ProgramStep.copies, where the last copy ends)`` for the steps of
+    ``copying`` (step -> ``operand_copies``) that copy at least ``ARENA_COPY_BYTES``, each
+    step's copies from ``region`` on (up to ``end``: a ragged slice's program within the
+    full slice's arena). The other steps' copies are scratch: added to theirs in
+    ``planned`` (``[..., scratch, scratch_new]`` a step)."""
+    places, reach = {}, region
+    for k, (ca, cb) in copying.items():
+        a, b = (0 if c is None else math.prod(c) * itemsize for c in (ca, cb))
+        if a + b >= ARENA_COPY_BYTES and (end is None or region + align(a) + b <= end):
+            places[k] = (None if ca is None else (region, ca),
+                         None if cb is None else (region + align(a), cb))
+            reach = max(reach, region + align(a) + b)
+        else:
+            planned[k][4] += a + b
+            planned[k][5] += a + b
+    return places, reach
 
 
 def _fits_layout(held: dict, layout_of: Program, itemsize: int) -> bool:

@@ -9,6 +9,7 @@ the arena.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import threading
 from typing import Callable
@@ -76,7 +77,7 @@ class PathContraction:
                 terms, output, in_shapes, in_strides, out_shape = squeezed
                 prog = plan_program(terms, output, self.path, in_shapes, dtype, in_strides,
                                     full, self.xp is not np)
-                prog = Program(prog.steps, prog.arena_bytes, (tuple(in_shapes), out_shape))
+                prog = dataclasses.replace(prog, squeeze=(tuple(in_shapes), out_shape))
             self._programs[key] = prog
         return prog
 
@@ -128,7 +129,7 @@ class PathContraction:
             if out is not None and out.flags.c_contiguous and out.shape == prog.squeeze[1]:
                 into = out.reshape(prog.steps[-1].shape)
         kept = self._checkout(prog.arena_bytes) if prog.arena_bytes else None
-        bufs = kept.places(key, prog, dtype) if kept else None
+        bufs, copies = kept.places(key, prog, dtype) if kept else (None, None)
         try:
             last = len(prog.steps) - 1
             for k, step in enumerate(prog.steps):
@@ -145,9 +146,14 @@ class PathContraction:
                 if k == last and into is not None and into.flags.c_contiguous and \
                         into.shape == step.shape and into.dtype == operands[0].dtype:
                     target = into
-                buf = bufs[k] if bufs is not None else \
-                    step.buffer(kept.buffer, dtype) if kept is not None else None
-                current.append(step.run(operands, target, matmul, buf, xp))
+                if bufs is not None:
+                    buf, copy = bufs[k], copies[k]
+                elif kept is not None:
+                    buf = step.buffer(kept.buffer, dtype)
+                    copy = step.copy_buffers(kept.buffer, dtype)
+                else:
+                    buf = copy = None
+                current.append(step.run(operands, target, matmul, buf, xp, copy))
                 del operands   # operands outside the arena are freed here, not a step later
             res = current[0]
             if kept is not None and xp.may_share_memory(res, kept.buffer):
@@ -167,16 +173,28 @@ class _Arena:
     (made once: the full slices of a sliced contraction; the ragged slices' programs make
     each step's place as it runs, so that no list of views grows with their combinations)."""
 
-    __slots__ = ("buffer", "key", "bufs")
+    __slots__ = ("buffer", "key", "bufs", "copies")
 
     def __init__(self, buffer):
-        self.buffer, self.key, self.bufs = buffer, None, None
+        self.buffer, self.key, self.bufs, self.copies = buffer, None, None, None
 
-    def places(self, key, prog: Program, dtype) -> list | None:
-        """Each step's place for the program of ``key``, or None (made per step, then)."""
+    def places(self, key, prog: Program, dtype) -> tuple:
+        """Each step's place and its operands' copies' (``ProgramStep.copy_buffers``) for
+        the program of ``key``, or ``(None, None)`` (made per step, then)."""
         if self.key is None:
-            self.key, self.bufs = key, [s.buffer(self.buffer, dtype) for s in prog.steps]
-        return self.bufs if self.key == key else None
+            self.key = key
+            self.bufs = [s.buffer(self.buffer, dtype) for s in prog.steps]
+            self.copies = [s.copy_buffers(self.buffer, dtype) for s in prog.steps] \
+                if prog.arena_bytes > prog.copy_region else _no_copies(len(prog.steps))
+        return (self.bufs, self.copies) if self.key == key else (None, None)
+
+
+@functools.lru_cache(maxsize=64)
+def _no_copies(n_steps: int) -> tuple:
+    """``_Arena.places``' copies of a program of ``n_steps`` steps none of which copies in
+    its arena: one tuple of Nones for every such arena (a list of its own weighed 8 bytes a
+    step in a sliced call's measured peak)."""
+    return (None,) * n_steps
 
 
 def program_key(shapes, byte_strides, dtype_str: str) -> tuple:

@@ -133,13 +133,16 @@ def _summed_first(term: str, other: str, out: str) -> tuple[list[int], str]:
     return summed, kept
 
 
-def run_gemm(xp, p: GemmPlan, a, b, out, matmul=None, into=None):
+def run_gemm(xp, p: GemmPlan, a, b, out, matmul=None, into=None, copies=None):
     """Run ``p`` with array module ``xp`` (cupy, or numpy in CPU tests) into ``out``;
     ``matmul(a3, b3, c3)`` does the (batched) product (default ``xp.matmul``; with NumPy,
     ``einsum_matmul.host_matmul``: BLAS's, or np.einsum's for other dtypes). ``out`` None:
     the result is a new array in the product's own order, returned as a view permuted to
     the output's (no copy; operands of ``a``'s dtype), in ``into`` where given (a C-contiguous
-    buffer of ``res_shape``'s elements, of ``a``'s dtype)."""
+    buffer of ``res_shape``'s elements, of ``a``'s dtype). ``copies``: ``(A's, B's)``
+    C-contiguous buffers of the permuted operands' shapes (``operand_copies``), or None
+    each, that the operands whose matrix is not a view are copied into (else NumPy's
+    reshape makes the copy)."""
     if matmul is None:
         matmul = host_matmul if xp is np else \
             lambda x, y, z: xp.matmul(x, y, out=z)  # noqa: E731
@@ -150,8 +153,20 @@ def run_gemm(xp, p: GemmPlan, a, b, out, matmul=None, into=None):
     if p.sum_b:
         b = b.sum(axis=p.sum_b, dtype=b.dtype)
     shape_a, shape_b, shape_c, move_a, move_b = p.matrices
-    a3 = (a.transpose(p.perm_a) if move_a else a).reshape(shape_a)
-    b3 = (b.transpose(p.perm_b) if move_b else b).reshape(shape_b)
+    if move_a:
+        a = a.transpose(p.perm_a)
+    if move_b:
+        b = b.transpose(p.perm_b)
+    if copies is not None:
+        to_a, to_b = copies
+        if to_a is not None:
+            xp.copyto(to_a, a)
+            a = to_a
+        if to_b is not None:
+            xp.copyto(to_b, b)
+            b = to_b
+    a3 = a.reshape(shape_a)
+    b3 = b.reshape(shape_b)
     if out is None:
         res = (xp.empty(shape_c, dtype=a.dtype) if into is None else into.reshape(shape_c))
         matmul(a3, b3, res)
@@ -258,31 +273,50 @@ def reshaped_strides(shape, strides, perm, new_shape) -> tuple | None:
     return tuple(out)
 
 
-def operand_scratch(plan: GemmPlan, layouts, itemsize: int,
-                    blas: bool = True) -> tuple[int, tuple]:
-    """``(bytes run_gemm allocates for its operands, the product's element strides in the
-    result's label order)`` for operands of ``layouts`` (shape, element strides); without
-    ``blas`` (a product by ``einsum_matmul``) with its copy of one operand where it makes
-    one (``einsum_matmul.operand_to_copy``) and its iterator (``einsum_matmul_bytes``)."""
+def operand_copies(plan: GemmPlan, layouts) -> tuple[tuple | None, tuple | None]:
+    """Per GEMM operand (A, then B) for operands of ``layouts`` (shape, element strides):
+    the shape of the permuted operand ``run_gemm`` copies (its matrix is not a view of it),
+    or None (a view)."""
+    return tuple(None if view is not None else tuple(shape[i] for i in perm)
+                 for shape, _, perm, view in _operand_layouts(plan, layouts))
+
+
+def _operand_layouts(plan: GemmPlan, layouts) -> list[tuple]:
+    """Per GEMM operand (A, then B): ``(shape, whether pre-summed, permutation, the
+    matrix's element strides where it is a view of the operand, else None)``, the shape
+    after the pre-sums."""
     a, b = (layouts[1], layouts[0]) if plan.swapped else layouts
     shape_a, shape_b = plan.matrices[:2]
-    held = 0
-    matrices = []
+    out = []
     for (shape, strides), drop, perm, groups in ((a, plan.sum_a, plan.perm_a, shape_a),
                                                  (b, plan.sum_b, plan.perm_b, shape_b)):
         if drop:
             shape, strides = _reduced_strides(shape, strides, drop)
-            held += math.prod(shape) * itemsize
-        view = reshaped_strides(shape, strides, perm, groups)
-        if view is None:
-            held += math.prod(shape) * itemsize
+        out.append((shape, bool(drop), perm, reshaped_strides(shape, strides, perm, groups)))
+    return out
+
+
+def operand_scratch(plan: GemmPlan, layouts, itemsize: int, blas: bool = True,
+                    copied: bool = True) -> tuple[int, tuple]:
+    """``(bytes run_gemm allocates for its operands, the product's element strides in the
+    result's label order)`` for operands of ``layouts`` (shape, element strides): pre-sums,
+    and where ``copied``, the copies ``operand_copies`` names (else the caller's buffers);
+    without ``blas`` (a product by ``einsum_matmul``) with its copy of one operand where it
+    makes one (``einsum_matmul.operand_to_copy``) and its iterator
+    (``einsum_matmul_bytes``)."""
+    held = 0
+    matrices = []
+    for (shape, drop, _, view), groups in zip(_operand_layouts(plan, layouts),
+                                              plan.matrices[:2]):
+        size = math.prod(shape) * itemsize
+        held += size * (drop + (view is None and copied))
         if not blas:     # (the matrices' layouts: what einsum_matmul's copy depends on)
             matrices.append((groups, c_strides(groups) if view is None else view))
     if not blas:
         which = operand_to_copy(*matrices[0], *matrices[1])
         if which:
             held += math.prod(matrices[which - 1][0]) * itemsize
-        held += einsum_matmul_bytes(len(shape_a))
+        held += einsum_matmul_bytes(len(plan.matrices[0]))
     strides = c_strides(plan.res_shape)
     if plan.out_perm is not None:
         strides = tuple(strides[i] for i in plan.out_perm)

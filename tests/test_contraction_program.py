@@ -9,7 +9,7 @@ import opt_einsum
 import pytest
 from opt_einsum.testing import rand_equation
 
-from graphopt.contraction_plan import UNSHARED_ARENA_BYTES, plan_program
+from graphopt.contraction_plan import ARENA_COPY_BYTES, UNSHARED_ARENA_BYTES, plan_program
 from graphopt.contraction_program import PathContraction
 from graphopt.einsum import split
 from graphopt.einsum_memory import np_einsum_bytes
@@ -179,6 +179,46 @@ def test_intermediates_share_an_arena_kept_between_calls_and_never_returned():
     shared = PathContraction(eq, path)
     shared(*arrays)
     assert shared.idle_arena_bytes() == 0
+
+
+def test_gemm_operand_copies_are_made_in_the_arena_kept_between_calls():
+    # 'ijk,jil->kl': B's matrix (ij, l) is no view of a C-contiguous jil, so run_gemm copies
+    # it; a copy of at least ARENA_COPY_BYTES is made in the program's arena (one region
+    # after the intermediates), so with the arena kept a call allocates its result and
+    # Python objects, not the copy
+    eq, shapes = "ijk,jil->kl", [(16, 16, 32), (16, 16, 72)]
+    terms, out = split(eq)
+    prog = plan_program(terms, out, [(0, 1)], shapes, "float64")
+    step = prog.steps[0]
+    copy_bytes = 16 * 16 * 72 * 8
+    assert copy_bytes >= ARENA_COPY_BYTES
+    assert step.gemm is not None and step.copies == (None, (0, (16, 16, 72)))
+    assert prog.arena_bytes == copy_bytes and step.scratch == 0
+    assert prog.peak_bytes() < copy_bytes + 4096
+    pc = PathContraction(eq, [(0, 1)], keep_arenas=True)
+    arrays = _arrays(shapes, "float64", 6)
+    before = [a.copy() for a in arrays]
+    first = pc(*arrays)
+    tracemalloc.start()
+    try:
+        second = pc(*arrays)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 32 * 72 * 8 + 4096 < copy_bytes, peak
+    assert not np.shares_memory(first, second)
+    assert all(np.array_equal(a, b) for a, b in zip(arrays, before))
+    assert np.array_equal(first, second)
+    np.testing.assert_allclose(second, np.einsum(eq, *arrays), rtol=1e-12, atol=1e-12)
+    # a ragged slice's program copies in the full slice's region where it fits
+    ragged = plan_program(terms, out, [(0, 1)], [(16, 15, 32), (15, 16, 72)], "float64",
+                          layout_of=prog)
+    assert ragged.steps[0].copies == (None, (0, (16, 15, 72)))
+    assert ragged.arena_bytes == prog.arena_bytes and ragged.steps[0].scratch == 0
+    # smaller copies are scratch: NumPy's, from memory malloc reuses
+    small = plan_program(terms, out, [(0, 1)], [(16, 16, 32), (16, 16, 24)], "float64")
+    assert small.steps[0].copies is None and small.arena_bytes == 0
+    assert small.steps[0].scratch == 16 * 16 * 24 * 8
 
 
 def test_tiny_intermediates_each_get_their_own_place_in_the_arena():
