@@ -251,9 +251,9 @@ def _planned_step(equation: str, in_shapes: tuple, in_strides: tuple, blas: bool
     allocates beside its operands and result (a GEMM's for its operands,
     ``operand_scratch``; np.einsum's own, ``np_einsum_bytes``; 0 for a step of more than
     two operands, whose result ``evaluate`` makes), the result's element strides, and on the
-    host a GEMM's ``operand_copies`` (their bytes not counted in the first: the program
-    places them), else None. Memoized: the steps of a large network repeat (an MPS's
-    bulk, a circuit's layers)."""
+    host a GEMM's ``operand_copies`` where they are at least ``ARENA_COPY_BYTES`` (their
+    bytes not counted in the first: the program places them), else None. Memoized: the
+    steps of a large network repeat (an MPS's bulk, a circuit's layers)."""
     equation, shape, plan, size = _plan_step(equation, in_shapes, blas, device)
     if plan is None:
         if len(in_shapes) <= 2:
@@ -266,11 +266,15 @@ def _planned_step(equation: str, in_shapes: tuple, in_strides: tuple, blas: bool
             held = 0
         return equation, shape, None, held, c_strides(shape), None
     layouts = list(zip(in_shapes, in_strides))
-    copies = None if device else operand_copies(plan, layouts)
-    if copies == (None, None):
-        copies = None
-    held, res_strides = operand_scratch(plan, layouts, itemsize, blas,
-                                        copied=copies is None)
+    if device:
+        held, res_strides = operand_scratch(plan, layouts, itemsize, blas)
+        return equation, shape, plan, held, res_strides, None
+    copies, held, res_strides = operand_copies(plan, layouts, itemsize, blas)
+    ca, cb = copies
+    copied = ((0 if ca is None else math.prod(ca)) + (0 if cb is None else math.prod(cb))) * \
+        itemsize
+    if copied < ARENA_COPY_BYTES:     # NumPy's copies, in memory malloc reuses
+        return equation, shape, plan, held + copied, res_strides, None
     return equation, shape, plan, held, res_strides, copies
 
 
@@ -367,14 +371,14 @@ def plan_program(terms: Sequence[str], output: str, path, shapes, dtype,
 def _place_copies(copying: dict, planned: list, itemsize: int, region: int,
                   end: int | None = None) -> tuple[dict, int]:
     """``(step -> ProgramStep.copies, where the last copy ends)`` for the steps of
-    ``copying`` (step -> ``operand_copies``) that copy at least ``ARENA_COPY_BYTES``, each
-    step's copies from ``region`` on (up to ``end``: a ragged slice's program within the
-    full slice's arena). The other steps' copies are scratch: added to theirs in
-    ``planned`` (``[..., scratch, scratch_new]`` a step)."""
+    ``copying`` (step -> ``operand_copies``), each step's copies from ``region`` on (up to
+    ``end``: a ragged slice's program within the full slice's arena; those of a step they
+    do not fit are scratch, added to its own in ``planned``, ``[..., scratch,
+    scratch_new]`` a step)."""
     places, reach = {}, region
     for k, (ca, cb) in copying.items():
         a, b = (0 if c is None else math.prod(c) * itemsize for c in (ca, cb))
-        if a + b >= ARENA_COPY_BYTES and (end is None or region + align(a) + b <= end):
+        if end is None or region + align(a) + b <= end:
             places[k] = (None if ca is None else (region, ca),
                          None if cb is None else (region + align(a), cb))
             reach = max(reach, region + align(a) + b)

@@ -273,43 +273,34 @@ def reshaped_strides(shape, strides, perm, new_shape) -> tuple | None:
     return tuple(out)
 
 
-def operand_copies(plan: GemmPlan, layouts) -> tuple[tuple | None, tuple | None]:
-    """Per GEMM operand (A, then B) for operands of ``layouts`` (shape, element strides):
-    the shape of the permuted operand ``run_gemm`` copies (its matrix is not a view of it),
-    or None (a view)."""
-    return tuple(None if view is not None else tuple(shape[i] for i in perm)
-                 for shape, _, perm, view in _operand_layouts(plan, layouts))
+def operand_scratch(plan: GemmPlan, layouts, itemsize: int,
+                    blas: bool = True) -> tuple[int, tuple]:
+    """``(bytes run_gemm allocates for its operands, the product's element strides in the
+    result's label order)`` for operands of ``layouts`` (shape, element strides): its
+    ``operand_copies`` and the rest of its scratch."""
+    copies, held, strides = operand_copies(plan, layouts, itemsize, blas)
+    return held + sum(math.prod(c) * itemsize for c in copies if c is not None), strides
 
 
-def _operand_layouts(plan: GemmPlan, layouts) -> list[tuple]:
-    """Per GEMM operand (A, then B): ``(shape, whether pre-summed, permutation, the
-    matrix's element strides where it is a view of the operand, else None)``, the shape
-    after the pre-sums."""
+def operand_copies(plan: GemmPlan, layouts, itemsize: int,
+                   blas: bool = True) -> tuple[tuple, int, tuple]:
+    """``(copies, other bytes, the product's element strides in the result's label order)``
+    of ``run_gemm`` for operands of ``layouts`` (shape, element strides). ``copies``: per
+    GEMM operand (A, then B), the shape of the permuted operand it copies (its matrix is
+    not a view of it: a buffer of ``run_gemm``'s ``copies``, or NumPy's), or None. The
+    other bytes it allocates: pre-sums; without ``blas`` (a product by ``einsum_matmul``)
+    its copy of one operand where it makes one (``einsum_matmul.operand_to_copy``) and its
+    iterator (``einsum_matmul_bytes``)."""
     a, b = (layouts[1], layouts[0]) if plan.swapped else layouts
-    shape_a, shape_b = plan.matrices[:2]
-    out = []
-    for (shape, strides), drop, perm, groups in ((a, plan.sum_a, plan.perm_a, shape_a),
-                                                 (b, plan.sum_b, plan.perm_b, shape_b)):
+    held = 0
+    matrices, copies = [], []
+    for (shape, strides), drop, perm, groups in ((a, plan.sum_a, plan.perm_a, plan.matrices[0]),
+                                                 (b, plan.sum_b, plan.perm_b, plan.matrices[1])):
         if drop:
             shape, strides = _reduced_strides(shape, strides, drop)
-        out.append((shape, bool(drop), perm, reshaped_strides(shape, strides, perm, groups)))
-    return out
-
-
-def operand_scratch(plan: GemmPlan, layouts, itemsize: int, blas: bool = True,
-                    copied: bool = True) -> tuple[int, tuple]:
-    """``(bytes run_gemm allocates for its operands, the product's element strides in the
-    result's label order)`` for operands of ``layouts`` (shape, element strides): pre-sums,
-    and where ``copied``, the copies ``operand_copies`` names (else the caller's buffers);
-    without ``blas`` (a product by ``einsum_matmul``) with its copy of one operand where it
-    makes one (``einsum_matmul.operand_to_copy``) and its iterator
-    (``einsum_matmul_bytes``)."""
-    held = 0
-    matrices = []
-    for (shape, drop, _, view), groups in zip(_operand_layouts(plan, layouts),
-                                              plan.matrices[:2]):
-        size = math.prod(shape) * itemsize
-        held += size * (drop + (view is None and copied))
+            held += math.prod(shape) * itemsize
+        view = reshaped_strides(shape, strides, perm, groups)
+        copies.append(None if view is not None else tuple([shape[i] for i in perm]))
         if not blas:     # (the matrices' layouts: what einsum_matmul's copy depends on)
             matrices.append((groups, c_strides(groups) if view is None else view))
     if not blas:
@@ -320,7 +311,7 @@ def operand_scratch(plan: GemmPlan, layouts, itemsize: int, blas: bool = True,
     strides = c_strides(plan.res_shape)
     if plan.out_perm is not None:
         strides = tuple(strides[i] for i in plan.out_perm)
-    return held, strides
+    return tuple(copies), held, strides
 
 
 def view_is_free(shape, perm, groups) -> bool:
