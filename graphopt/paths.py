@@ -52,6 +52,15 @@ def _play_path_memo(terms: tuple, output: str, path: tuple) -> tuple[tuple, tupl
     # in C: a network's hundreds of terms)
     held = dict(Counter("".join([once.get(t, t) for t in terms] if once else terms) +
                         output))
+    if not once and all(n == 2 for n in held.values()) and all(len(p) == 2 for p in path):
+        return _play_pairs_of_two(current, output, path)
+    return _play_counting(current, output, path, once, held)
+
+
+def _play_counting(current: list, output: str, path: list, once: dict, held: dict
+                   ) -> tuple[tuple, tuple]:
+    """``_play_path_memo`` of any ``path``, counting how many terms hold each label
+    (``held``; ``once``: the terms that repeat a label, without the repeats)."""
     steps, step_labels = [], []
     last = len(path) - 1
     for k, inds in enumerate(path):
@@ -95,6 +104,36 @@ def _play_path_memo(terms: tuple, output: str, path: tuple) -> tuple[tuple, tupl
         current.append(result)
         steps.append((inds, picked, result))
         step_labels.append("".join(labels))
+    return tuple(steps), tuple(step_labels)
+
+
+def _play_pairs_of_two(current: list, output: str, path: list) -> tuple[tuple, tuple]:
+    """``_play_path_memo`` of a pairwise ``path`` where every label is held twice (by two
+    terms, or by one and the output; no term repeats one), as in most tensor networks. That
+    stays so after each step, so a step's result keeps the labels of one of its two terms
+    only, in order of appearance, with no count kept (2-3x faster: a search plays every
+    path it keeps)."""
+    steps, step_labels = [], []
+    last = len(path) - 1
+    for k, (i, j) in enumerate(path):
+        if i > j:
+            i, j = j, i
+        n = len(current)
+        if not (0 <= i and j < n and i != j):
+            _bad_step(path, k, (i, j), n)
+        a, b = current[i], current[j]
+        del current[j]
+        del current[i]
+        only_b = "".join([c for c in b if c not in a])
+        if k == last:
+            if current:
+                raise GraphError(f"contraction path {path} leaves {len(current)} operand(s)")
+            result = output
+        else:
+            result = "".join([c for c in a if c not in b]) + only_b
+        current.append(result)
+        steps.append(((i, j), (a, b), result))
+        step_labels.append(a + only_b)
     return tuple(steps), tuple(step_labels)
 
 

@@ -1,6 +1,7 @@
 """Contraction-path arithmetic (graphopt/paths.py) against opt_einsum's own accounting, on
 equations from opt_einsum's generator (``opt_einsum.testing.rand_equation``)."""
 
+import collections
 import math
 
 import numpy as np
@@ -123,3 +124,49 @@ def test_step_results_hold_the_labels_opt_einsum_keeps(seed):
         def canon(ts):   # opt_einsum orders an intermediate's labels its own way
             return sorted("".join(sorted(t)) for t in ts)
         assert canon(picked) == canon(ins.split(",")) and set(result) == set(out)
+
+
+def _random_pair_path(rng, n: int) -> list:
+    path = []
+    while n > 1:
+        i, j = (int(x) for x in rng.choice(n, 2, replace=False))
+        path.append((i, j))
+        n -= 1
+    return path
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_a_network_of_labels_held_twice_plays_as_the_counting_play(seed):
+    """Where every label is on two tensors, or on one and the output (opt_einsum's random
+    networks), ``play_path`` takes the fast play (``_play_pairs_of_two``): its steps and
+    labels are the counting play's, along random pairwise paths; with a label on every
+    tensor (``global_dim``), a trace or a step of three, the counting play runs."""
+    rng = np.random.default_rng(seed)
+    eq, _ = rand_equation(3 + seed % 25, 2 + seed % 3, n_out=seed % 4, seed=seed,
+                          global_dim=seed % 5 == 4)
+    terms, output = eq.split("->")[0].split(","), eq.split("->")[1]
+    path = _random_pair_path(rng, len(terms))
+    if seed % 7 == 3 and len(terms) > 3:      # a step of three
+        path = [(0, 1, 2)] + path[2:]
+    if seed % 11 == 5:                        # a trace in the first term
+        terms[0] += terms[0][0]
+    held = dict(collections.Counter("".join(terms) + output))
+    fast = all(n == 2 for n in held.values()) and all(len(p) == 2 for p in path) and \
+        all(len(set(t)) == len(t) for t in terms)
+    assert fast == (seed % 5 != 4 and not (seed % 7 == 3 and len(terms) > 3) and
+                    seed % 11 != 5)
+    once = {t: "".join(dict.fromkeys(t)) for t in terms if len(set(t)) != len(t)}
+    counting = paths._play_counting(list(terms), output, [tuple(p) for p in path], once,
+                                    dict(held) if not once else dict(collections.Counter(
+                                        "".join(once.get(t, t) for t in terms) + output)))
+    assert paths._play_path_memo(tuple(terms), output, tuple(path)) == counting
+    if fast:
+        assert paths._play_pairs_of_two(list(terms), output, list(path)) == counting
+
+
+@pytest.mark.parametrize("path, why", [([(0, 3), (0, 1)], "picks"), ([(0, 1)], "leaves"),
+                                       ([(1, 1), (0, 1)], "picks")])
+def test_the_fast_play_refuses_a_path_that_does_not_fit(path, why):
+    # ab,bc,cd->ad: every label held twice
+    with pytest.raises(GraphError, match=why):
+        paths.play_path(["ab", "bc", "cd"], "ad", path)
