@@ -7,8 +7,12 @@ budget pays for, is decided here:
 
 1. the start, the cheapest greedy path: cotengrust's (Rust, a fraction of a millisecond, at
    each of ``FAST_GREEDY_COSTMODS``; quimb and cotengra start from the same), and
-   opt_einsum's (Python, 2-10 ms on 50-200 tensors) where the budget pays for it or
-   cotengrust is not installed;
+   opt_einsum's (Python, 2-12 ms on 50-200 tensors) where cotengrust is not installed, or
+   where the budget pays for one of its trials and a label joins more than two tensors (a
+   hyper index: there it started 3.5x cheaper than cotengrust's on the hyper-index network
+   of benchmarks/networks.py; on its seven networks without one, the start of four whose
+   budgets paid for it, it was never cheaper than cotengrust's greedy and first trials,
+   and the lattice's search spent 4 of its 12 ms on it);
 2. one batch of ``FIRST_TRIALS`` cotengrust random-greedy trials, where it costs at most
    ``FIRST_TRIALS_SHARE`` of the budget (a better start for the next step on grid-like
    networks);
@@ -90,6 +94,7 @@ from .search_budget import (
     check_time_budget,
     default_budget,
     estimated_seconds,
+    has_hyper_indices,
 )
 
 _log = logging.getLogger(__name__)
@@ -162,8 +167,11 @@ class _Search:
         if rust:
             rust_greedy(rust[0])
         if self.first is None or counted.pays_for_trial():
-            counted.count(counted.trial_seconds())
-            begin_with(searchers.greedy(*net), "greedy")
+            # opt_einsum's greedy where cotengrust's could not start, or where a label joins
+            # more than two tensors (see the module docstring)
+            if self.first is None or has_hyper_indices(self.terms, self.output):
+                counted.count(counted.trial_seconds())
+                begin_with(searchers.greedy(*net), "greedy")
             for costmod in rust[1:]:     # a budget that paid for that pays for these
                 if counted.pays_for(fast):
                     rust_greedy(costmod)

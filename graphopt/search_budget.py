@@ -6,6 +6,7 @@ estimated run time of the best path found so far) and each counted step's assume
 from __future__ import annotations
 
 import functools
+from collections import Counter
 from typing import Sequence
 
 from .errors import GraphError
@@ -97,6 +98,12 @@ def default_budget(steps: Steps, rate: float = COMBO_RATE) -> float:
     """Seconds of search a path of ``steps`` is worth by default (see the module docstring)
     on a backend that runs ``rate`` combo cost a second."""
     return min(DEFAULT_MAX_SECONDS, SEARCH_FRACTION * estimated_seconds(steps, rate))
+
+
+def has_hyper_indices(terms: Sequence[str], output: str) -> bool:
+    """Whether a label is held by more than two of the terms and the output."""
+    return max(Counter("".join(["".join(set(t)) for t in terms]) + output).values(),
+               default=0) > 2
 
 
 def sharing_pairs(terms: Sequence[str]) -> int:

@@ -210,6 +210,43 @@ def test_a_network_that_runs_in_microseconds_is_not_searched_beyond_greedy(
     assert steps.path == start_steps(terms, output, sizes, rec["greedy"]).path
 
 
+@pytest.mark.parametrize("hyper", [False, True])
+def test_opt_einsum_s_greedy_starts_only_networks_with_hyper_indices(
+        hyper, cache_dir, monkeypatch):
+    # a budget that pays for opt_einsum's greedy (1 s): it runs where a label joins more
+    # than two tensors, and not on a network whose labels each join two (cotengrust's
+    # greedy and first trials start those as well or better)
+    if path_searchers.cotengrust() is None:
+        pytest.skip("cotengrust is not installed")
+    eq, _ = rand_equation(30, 3, seed=2, d_min=2, d_max=4, global_dim=hyper)
+    terms, output = eq.split("->")[0].split(","), eq.split("->")[1]
+    sizes = {c: 3 for t in terms for c in t}
+    assert search_budget.has_hyper_indices(terms, output) == hyper
+    ran = []
+    real = path_searchers.greedy
+    monkeypatch.setattr(path_searchers, "greedy", lambda *a: ran.append(1) or real(*a))
+    monkeypatch.setattr(path_search._Search, "first_trials", lambda self: None)
+    monkeypatch.setattr(path_search._Search, "reconfigure", lambda self: None)
+    monkeypatch.setattr(path_search._Search, "random_greedy", lambda self: None)
+    monkeypatch.setattr(path_search._Search, "by_the_clock", lambda self: None)
+    steps, rec = path_search.find_path(terms, output, sizes, time_budget=1.0, cache=False)
+    assert ran == ([1] if hyper else [])
+    starts = [f"cotengrust greedy (costmod {c})" for c in search_budget.FAST_GREEDY_COSTMODS]
+    assert rec["greedy"] in starts + (["greedy"] if hyper else [])
+    assert rec["greedy_combo"] == min(
+        start_steps(terms, output, sizes, name).combo
+        for name in starts + (["greedy"] if hyper else []))
+
+
+def test_hyper_indices_are_labels_held_by_more_than_two():
+    assert not search_budget.has_hyper_indices(["ab", "bc", "ca"], "")
+    assert not search_budget.has_hyper_indices(["ab", "bc"], "ac")
+    assert not search_budget.has_hyper_indices(["aab", "b"], "")    # a trace: one tensor
+    assert search_budget.has_hyper_indices(["ab", "bc", "b"], "")
+    assert search_budget.has_hyper_indices(["ab", "bc"], "b")
+    assert not search_budget.has_hyper_indices([], "")
+
+
 def test_cotengrust_greedy_paths_are_valid_pairwise_paths():
     if path_searchers.cotengrust() is None:
         pytest.skip("cotengrust is not installed")
