@@ -22,8 +22,9 @@ step may allocate scratch: ``run_gemm``'s pre-summed operands, the copies it mak
 operands whose matrix is not a view (known exactly at planning, from the operands' strides:
 inputs and slice views as given, GEMM products kept as permuted views), ``einsum_matmul``'s
 copy of one operand into another memory order, and a product written before it is permuted
-into ``out``. A step whose copies are at least ``ARENA_COPY_BYTES`` makes them in a region
-at the end of the arena instead (``gemm.operand_copies``; ``ProgramStep.copies``).
+into ``out``. A step whose copies are at least ``ARENA_COPY_BYTES`` makes them in the arena
+instead, each copy a buffer that lives within its step (``gemm.operand_copies``;
+``ProgramStep.copies``).
 ``Program.peak_bytes`` is the arena plus the largest step's scratch
 (``gemm.operand_scratch``) and the call's Python objects: what a call allocates at once, as
 ``tracemalloc`` measures it.
@@ -51,7 +52,7 @@ from .gemm import (
     pair_gemm_plan,
     run_gemm,
 )
-from .liveness import align, assign_arena_offsets, stacked_offsets
+from .liveness import assign_arena_offsets, stacked_offsets
 from .paths import label_sizes, play_path
 
 # The Python objects a call holds per step while it runs: the view of the step's place in
@@ -183,9 +184,8 @@ class Program:
     # labels of size 1 are dropped before planning (``squeeze_ones``): the operands' shapes
     # without them and the result's whole shape, or None where no label is of size 1
     squeeze: tuple[tuple, tuple] | None = None
-    # where the region of the GEMM operands' copies begins (``ProgramStep.copies``): it
-    # ends with the arena
-    copy_region: int = 0
+    # some step copies GEMM operands in the arena (``ProgramStep.copies``)
+    copies_in_arena: bool = False
 
     def peak_bytes(self, into_out: bool = True, device_itemsize: int | None = None) -> int:
         """What one call allocates at once: the arena, the largest step's scratch (the last
@@ -209,7 +209,7 @@ class Program:
             shapes, out_shape = self.squeeze
             objects += view_bytes(len(out_shape)) + sum(
                 view_bytes(len(s)) + LIST_BYTES_PER_ITEM for s in shapes)
-        if self.arena_bytes > self.copy_region:
+        if self.copies_in_arena:
             objects += copy_places_bytes(self.steps)
         return self.arena_bytes + objects + max(
             (s.scratch_new if k == last and not into_out else s.scratch
@@ -312,7 +312,7 @@ def plan_program(terms: Sequence[str], output: str, path, shapes, dtype,
     current = [(tuple(s), c_strides(s), None) for s in shapes] if strides is None else \
         [(tuple(s), tuple(t), None) for s, t in zip(shapes, strides)]
     planned, intervals, sizes = [], {}, {}
-    copying = {}          # step -> its operand_copies (``_place_copies`` places them)
+    copying = {}          # step -> its operand_copies, placed in the arena below
     played = play_path(terms, output, path)
     last = len(played) - 1
     for k, (inds, picked, result) in enumerate(played):
@@ -352,40 +352,45 @@ def plan_program(terms: Sequence[str], output: str, path, shapes, dtype,
     held = {k: sizes[k] for k in intervals}
     if layout_of is not None and _fits_layout(held, layout_of, itemsize):
         offsets = {k: layout_of.steps[k].offset for k in held}
-        arena_bytes, region = layout_of.arena_bytes, layout_of.copy_region
-        copies, _ = _place_copies(copying, planned, itemsize, region, arena_bytes)
+        arena_bytes = layout_of.arena_bytes
+        copies = {k: places for k, cs in copying.items()
+                  if (places := _copy_places_of(cs, layout_of.steps[k].copies))}
     else:
-        offsets, arena_bytes = (stacked_offsets(held)
-                                if sum(held.values()) <= UNSHARED_ARENA_BYTES
-                                else assign_arena_offsets(intervals, held))
-        region = align(arena_bytes)
-        copies, reach = _place_copies(copying, planned, itemsize, region)
-        if copies:
-            arena_bytes = reach
+        # each copy lives within its step (interval (k, k)): it may share bytes with
+        # intermediates not live at that step, never with the step's operands or result
+        spans = {}
+        for k, cs in copying.items():
+            for i, c in enumerate(cs):
+                if c is not None:
+                    spans[-2 * k - 1 - i] = ((k, k), math.prod(c) * itemsize)
+        if spans or sum(held.values()) > UNSHARED_ARENA_BYTES:
+            offsets, arena_bytes = assign_arena_offsets(
+                {**intervals, **{key: span for key, (span, _) in spans.items()}},
+                {**held, **{key: nbytes for key, (_, nbytes) in spans.items()}})
+        else:
+            offsets, arena_bytes = stacked_offsets(held)
+        copies = {k: tuple(None if c is None else (offsets[-2 * k - 1 - i], c)
+                           for i, c in enumerate(cs)) for k, cs in copying.items()}
+    for k, cs in copying.items():
+        if k not in copies:      # (a ragged slice's step beyond the full slice's places)
+            nbytes = sum(math.prod(c) * itemsize for c in cs if c is not None)
+            planned[k][4] += nbytes
+            planned[k][5] += nbytes
     steps = tuple(ProgramStep(inds, eq, shape, plan, offsets.get(k), scratch, scratch_new,
                               copies.get(k))
                   for k, (inds, eq, shape, plan, scratch, scratch_new) in enumerate(planned))
-    return Program(steps, arena_bytes, copy_region=region)
+    return Program(steps, arena_bytes, copies_in_arena=bool(copies))
 
 
-def _place_copies(copying: dict, planned: list, itemsize: int, region: int,
-                  end: int | None = None) -> tuple[dict, int]:
-    """``(step -> ProgramStep.copies, where the last copy ends)`` for the steps of
-    ``copying`` (step -> ``operand_copies``), each step's copies from ``region`` on (up to
-    ``end``: a ragged slice's program within the full slice's arena; those of a step they
-    do not fit are scratch, added to its own in ``planned``, ``[..., scratch,
-    scratch_new]`` a step)."""
-    places, reach = {}, region
-    for k, (ca, cb) in copying.items():
-        a, b = (0 if c is None else math.prod(c) * itemsize for c in (ca, cb))
-        if end is None or region + align(a) + b <= end:
-            places[k] = (None if ca is None else (region, ca),
-                         None if cb is None else (region + align(a), cb))
-            reach = max(reach, region + align(a) + b)
-        else:
-            planned[k][4] += a + b
-            planned[k][5] += a + b
-    return places, reach
+def _copy_places_of(copies: tuple, full: tuple | None) -> tuple | None:
+    """A ragged slice's step's ``ProgramStep.copies`` (``copies``: its ``operand_copies``)
+    in the places the full slice's same step has (``full``), where each copy fits its
+    operand's; else None."""
+    if full is None or any((c is None) != (f is None) or
+                           (c is not None and math.prod(c) > math.prod(f[1]))
+                           for c, f in zip(copies, full)):
+        return None
+    return tuple(None if c is None else (f[0], c) for c, f in zip(copies, full))
 
 
 def _fits_layout(held: dict, layout_of: Program, itemsize: int) -> bool:

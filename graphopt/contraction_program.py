@@ -185,7 +185,7 @@ class _Arena:
             self.key = key
             self.bufs = [s.buffer(self.buffer, dtype) for s in prog.steps]
             self.copies = [s.copy_buffers(self.buffer, dtype) for s in prog.steps] \
-                if prog.arena_bytes > prog.copy_region else _no_copies(len(prog.steps))
+                if prog.copies_in_arena else _no_copies(len(prog.steps))
         return (self.bufs, self.copies) if self.key == key else (None, None)
 
 

@@ -183,9 +183,9 @@ def test_intermediates_share_an_arena_kept_between_calls_and_never_returned():
 
 def test_gemm_operand_copies_are_made_in_the_arena_kept_between_calls():
     # 'ijk,jil->kl': B's matrix (ij, l) is no view of a C-contiguous jil, so run_gemm copies
-    # it; a copy of at least ARENA_COPY_BYTES is made in the program's arena (one region
-    # after the intermediates), so with the arena kept a call allocates its result and
-    # Python objects, not the copy
+    # it; a copy of at least ARENA_COPY_BYTES is made in the program's arena (a buffer living
+    # within its step), so with the arena kept a call allocates its result and Python
+    # objects, not the copy
     eq, shapes = "ijk,jil->kl", [(16, 16, 32), (16, 16, 72)]
     terms, out = split(eq)
     prog = plan_program(terms, out, [(0, 1)], shapes, "float64")
@@ -210,7 +210,7 @@ def test_gemm_operand_copies_are_made_in_the_arena_kept_between_calls():
     assert all(np.array_equal(a, b) for a, b in zip(arrays, before))
     assert np.array_equal(first, second)
     np.testing.assert_allclose(second, np.einsum(eq, *arrays), rtol=1e-12, atol=1e-12)
-    # a ragged slice's program copies in the full slice's region where it fits
+    # a ragged slice's program copies in the full slice's places where it fits
     ragged = plan_program(terms, out, [(0, 1)], [(16, 15, 32), (15, 16, 72)], "float64",
                           layout_of=prog)
     assert ragged.steps[0].copies == (None, (0, (16, 15, 72)))
