@@ -39,7 +39,10 @@ def _key(name, scale, backend, level) -> str:
 
 
 def optimized_hash(name, scale, backend, level) -> str:
-    plan = go.compile(ALL[name](scale).build(), backend=backend, opt_level=level, cache=False)
+    # no path cache: a path kept on disk by an earlier run (searched with another budget or
+    # rule) would stand in for what this code's search finds
+    plan = go.compile(ALL[name](scale).build(), backend=backend, opt_level=level, cache=False,
+                      path_cache=False)
     return ir.structural_hash(plan.graph)
 
 
