@@ -3,7 +3,10 @@ cotengra's generators; its cache is tests/test_path_cache.py's."""
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import sys
 import time
 
 import numpy as np
@@ -245,6 +248,28 @@ def test_hyper_indices_are_labels_held_by_more_than_two():
     assert search_budget.has_hyper_indices(["ab", "bc", "b"], "")
     assert search_budget.has_hyper_indices(["ab", "bc"], "b")
     assert not search_budget.has_hyper_indices([], "")
+
+
+def test_a_search_that_runs_none_of_cotengra_s_steps_does_not_import_it(tmp_path):
+    # importing cotengra takes 20-30 ms: a fresh process whose search stops at cotengrust's
+    # greedy (a 40-tensor chain of bond 2 runs in microseconds) must not pay for it
+    if not path_searchers.cotengra_available() or path_searchers.cotengrust() is None:
+        pytest.skip("cotengra and cotengrust are not both installed")
+    code = (
+        "import sys, numpy as np, graphopt as go\n"
+        "from graphopt import path_searchers\n"
+        "n = 40\n"
+        "sym = __import__('opt_einsum').get_symbol\n"
+        "eq = ','.join(sym(i) + sym(i + 1) for i in range(n)) + '->' + sym(0) + sym(n)\n"
+        "out = go.contract(eq, *[np.full((2, 2), 0.5) for _ in range(n)])\n"
+        "assert out.shape == (2, 2) and np.allclose(out, 0.5), out\n"
+        "assert path_searchers.cotengra_available()\n"
+        "print('cotengra' in sys.modules)\n")
+    env = dict(os.environ, GRAPHOPT_CACHE_DIR=str(tmp_path))
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env=env, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "False"
 
 
 def test_cotengrust_greedy_paths_are_valid_pairwise_paths():
