@@ -23,9 +23,11 @@ missing. For each, in one process:
   on the others as a quimb ``TensorNetwork`` of the same arrays and index names, and what
   building that ``TensorNetwork`` takes;
 - the same end-to-end times as medians over ``--processes`` triples of fresh processes
-  (``first_in_process``: each contracts a small unrelated network with both libraries
-  first, then this one once with one library; graphopt's second on the path and kernel
-  cache its first left), the figures the table shows where they were taken. The table
+  (``first_in_process``: each contracts a small unrelated network with its library first,
+  then this one once; graphopt's reads the network's arrays from a file, so that neither
+  quimb nor cotengra is imported in it unless graphopt imports it; graphopt's second on
+  the path and kernel cache its first left), the figures the table shows where they were
+  taken. The table
   gives them two ways (``_end_to_end``): search and run (graphopt's compile and call of
   its graph against quimb's contraction of its network, each library's object already
   built, as the issue's "search + run" reads) and from the arrays (each library's object
@@ -207,35 +209,41 @@ def _graphopt_end_to_end(name: str, eq: str, arrays) -> tuple:
     return plan, plan(*arrays), built - t0, compiled - built, time.perf_counter() - t0
 
 
-def first_in_process(name: str, cache: str, library: str = "graphopt") -> dict:
+def first_in_process(name: str, cache: str, library: str = "graphopt",
+                     network: str | None = None) -> dict:
     """In this process, which has contracted nothing yet: a small unrelated network
-    contracted once by graphopt and once by quimb (what any earlier work in a process
-    would have set up: imports, BLAS, code caches), then ``name`` end to end by ``library``
-    alone, after a garbage collection: one library a process, since the memory one frees
-    serves the other's first allocations without page faults (quimb's first contraction of
-    the lattice took 2.5 ms less after 5 MB was allocated and freed). Seconds: graphopt's
-    ``{"graphopt": the graph built, compiled and called (``_graphopt_end_to_end``, path and
-    kernel cache ``cache``), "graphopt_search_run": compiled and called (its search and
-    run, as quimb's contraction of a network it holds)}``, or quimb's ``{"quimb": its first
-    ``contract(all)``, "quimb_build": its ``TensorNetwork`` built from the same arrays and
-    index names}`` (None without quimb)."""
+    contracted once by ``library`` (what earlier work with it in a process would have set
+    up: imports, BLAS, code caches), then ``name`` end to end by ``library`` alone, after a
+    garbage collection: one library a process, since the memory one frees serves the
+    other's first allocations without page faults (quimb's first contraction of the lattice
+    took 2.5 ms less after 5 MB was allocated and freed), and what one imports (quimb and
+    the generators import cotengra, 20-30 ms) is not imported for the other: graphopt's
+    process reads the network from ``network`` (an ``.npz`` of ``_save_network``), made
+    by the parent (None: made here). Seconds: graphopt's ``{"graphopt": the graph built,
+    compiled and called (``_graphopt_end_to_end``, path and kernel cache ``cache``),
+    "graphopt_search_run": compiled and called (its search and run, as quimb's contraction
+    of a network it holds)}``, or quimb's ``{"quimb": its first ``contract(all)``,
+    "quimb_build": its ``TensorNetwork`` built from the same arrays and index names}``
+    (None without quimb)."""
     import numpy as np
 
-    import graphopt as go
-
-    os.environ["GRAPHOPT_CACHE_DIR"] = cache
     rng = np.random.default_rng(0)
     warm = [rng.normal(size=s) for s in ((3, 4), (4, 5), (5, 3))]
-    go.contract("ab,bc,ca->", *warm)
+    if library == "graphopt":
+        import graphopt as go
+
+        os.environ["GRAPHOPT_CACHE_DIR"] = cache
+        go.contract("ab,bc,ca->", *warm)
+        eq, arrays = _load_network(network) if network else INSTANCES[name][1]()[:2]
+        gc.collect()
+        _, _, build, _, seconds = _graphopt_end_to_end(name, eq, arrays)
+        return {"graphopt": seconds, "graphopt_search_run": seconds - build}
     small = _quimb_network(["ab", "bc", "ca"], "", warm)
     if small is not None:
         small.contract(all, output_inds=())
     eq, arrays, tn = INSTANCES[name][1]()
     terms, out = _terms(eq)
     gc.collect()
-    if library == "graphopt":
-        _, _, build, _, seconds = _graphopt_end_to_end(name, eq, arrays)
-        return {"graphopt": seconds, "graphopt_search_run": seconds - build}
     got = {"quimb": None, "quimb_build": None}
     t0 = time.perf_counter()
     built = _quimb_network(terms, out, arrays)
@@ -264,10 +272,14 @@ def _fresh_processes(name: str, processes: int) -> dict:
     def fresh(library: str, cache: str) -> dict:
         done = subprocess.run([sys.executable, "-m", "benchmarks.networks",
                                "--first-in-process", name, "--cache", cache,
-                               "--library", library],
+                               "--library", library, "--network", network],
                               cwd=root, capture_output=True, text=True, check=True)
         return json.loads(done.stdout.strip().splitlines()[-1])
 
+    made = tempfile.TemporaryDirectory()
+    network = os.path.join(made.name, "network.npz")
+    eq, arrays, _ = INSTANCES[name][1]()
+    _save_network(network, eq, arrays)
     for _ in range(processes):
         with tempfile.TemporaryDirectory() as cache:
             for which in ("graphopt_first", "graphopt_second"):
@@ -278,8 +290,24 @@ def _fresh_processes(name: str, processes: int) -> dict:
             if got["quimb"] is not None:
                 runs["quimb"].append(got["quimb"])
                 runs["quimb_from_arrays"].append(got["quimb"] + got["quimb_build"])
+    made.cleanup()
     return dict(runs, **{f"{k}_median": statistics.median(v) if v else None
                          for k, v in runs.items()})
+
+
+def _save_network(path: str, eq: str, arrays) -> None:
+    """``eq`` and ``arrays`` in an ``.npz`` at ``path`` (``_load_network`` reads it)."""
+    import numpy as np
+
+    np.savez(path, equation=np.array(eq), **{f"a{i}": a for i, a in enumerate(arrays)})
+
+
+def _load_network(path: str) -> tuple[str, list]:
+    """``(eq, arrays)`` that ``_save_network`` wrote to ``path``."""
+    import numpy as np
+
+    with np.load(path) as f:
+        return str(f["equation"]), [f[f"a{i}"] for i in range(len(f.files) - 1)]
 
 
 def measure(name: str, budget: float, processes: int = 0) -> dict:
@@ -492,9 +520,11 @@ def main(argv=None) -> int:
     p.add_argument("--cache", default=None, help=argparse.SUPPRESS)
     p.add_argument("--library", default="graphopt", choices=("graphopt", "quimb"),
                    help=argparse.SUPPRESS)
+    p.add_argument("--network", default=None, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.first_in_process:     # one fresh process of ``_fresh_processes``
-        print(json.dumps(first_in_process(args.first_in_process, args.cache, args.library)))
+        print(json.dumps(first_in_process(args.first_in_process, args.cache, args.library,
+                                          args.network)))
         return 0
     args.instances = args.instances.split(",")
     return main_per_mode("benchmarks.networks", args.mode,

@@ -5,6 +5,7 @@ import json
 import pathlib
 import sys
 
+import numpy as np
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -150,7 +151,13 @@ def test_networks_end_to_end_in_a_fresh_process_and_the_table_s_medians(tmp_path
     from benchmarks import networks
 
     monkeypatch.setenv("GRAPHOPT_CACHE_DIR", str(tmp_path / "outer"))   # (restored after)
-    got = networks.first_in_process("tree", str(tmp_path / "cache"))
+    saved = str(tmp_path / "network.npz")
+    eq, arrays, _ = networks.INSTANCES["tree"][1]()
+    networks._save_network(saved, eq, arrays)
+    loaded_eq, loaded = networks._load_network(saved)
+    assert loaded_eq == eq and all(np.array_equal(a, b) and a.dtype == b.dtype
+                                   for a, b in zip(arrays, loaded, strict=True))
+    got = networks.first_in_process("tree", str(tmp_path / "cache"), "graphopt", saved)
     assert set(got) == {"graphopt", "graphopt_search_run"}, got
     assert 0 < got["graphopt_search_run"] < got["graphopt"], got
     got = networks.first_in_process("tree", str(tmp_path / "cache"), "quimb")
