@@ -228,7 +228,8 @@ def first_in_process(name: str, cache: str, library: str = "graphopt",
     import numpy as np
 
     rng = np.random.default_rng(0)
-    warm = [rng.normal(size=s) for s in ((3, 4), (4, 5), (5, 3))]
+    # (large enough that graphopt's steps are GEMMs, as quimb's tensordot's are: BLAS set up)
+    warm = [rng.normal(size=s) for s in ((8, 9), (9, 10), (10, 8))]
     if library == "graphopt":
         import graphopt as go
 
