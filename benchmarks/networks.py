@@ -277,21 +277,19 @@ def _fresh_processes(name: str, processes: int) -> dict:
                               cwd=root, capture_output=True, text=True, check=True)
         return json.loads(done.stdout.strip().splitlines()[-1])
 
-    made = tempfile.TemporaryDirectory()
-    network = os.path.join(made.name, "network.npz")
-    eq, arrays, _ = INSTANCES[name][1]()
-    _save_network(network, eq, arrays)
-    for _ in range(processes):
-        with tempfile.TemporaryDirectory() as cache:
-            for which in ("graphopt_first", "graphopt_second"):
-                got = fresh("graphopt", cache)
-                runs[which].append(got["graphopt"])
-                runs[which + "_search_run"].append(got["graphopt_search_run"])
-            got = fresh("quimb", cache)
-            if got["quimb"] is not None:
-                runs["quimb"].append(got["quimb"])
-                runs["quimb_from_arrays"].append(got["quimb"] + got["quimb_build"])
-    made.cleanup()
+    with tempfile.TemporaryDirectory() as made:
+        network = os.path.join(made, "network.npz")
+        _save_network(network, *INSTANCES[name][1]()[:2])
+        for _ in range(processes):
+            with tempfile.TemporaryDirectory() as cache:
+                for which in ("graphopt_first", "graphopt_second"):
+                    got = fresh("graphopt", cache)
+                    runs[which].append(got["graphopt"])
+                    runs[which + "_search_run"].append(got["graphopt_search_run"])
+                got = fresh("quimb", cache)
+                if got["quimb"] is not None:
+                    runs["quimb"].append(got["quimb"])
+                    runs["quimb_from_arrays"].append(got["quimb"] + got["quimb_build"])
     return dict(runs, **{f"{k}_median": statistics.median(v) if v else None
                          for k, v in runs.items()})
 
