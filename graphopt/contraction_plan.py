@@ -353,7 +353,7 @@ def plan_program(terms: Sequence[str], output: str, path, shapes, dtype,
     if layout_of is not None and _fits_layout(held, layout_of, itemsize):
         offsets = {k: layout_of.steps[k].offset for k in held}
         arena_bytes = layout_of.arena_bytes
-        copies = {k: places for k, cs in copying.items()
+        placed = {k: places for k, cs in copying.items()
                   if (places := _copy_places_of(cs, layout_of.steps[k].copies))}
     else:
         # each copy lives within its step (interval (k, k)): it may share bytes with
@@ -369,17 +369,17 @@ def plan_program(terms: Sequence[str], output: str, path, shapes, dtype,
                 {**held, **{key: nbytes for key, (_, nbytes) in spans.items()}})
         else:
             offsets, arena_bytes = stacked_offsets(held)
-        copies = {k: tuple(None if c is None else (offsets[-2 * k - 1 - i], c)
+        placed = {k: tuple(None if c is None else (offsets[-2 * k - 1 - i], c)
                            for i, c in enumerate(cs)) for k, cs in copying.items()}
     for k, cs in copying.items():
-        if k not in copies:      # (a ragged slice's step beyond the full slice's places)
+        if k not in placed:      # (a ragged slice's step beyond the full slice's places)
             nbytes = sum(math.prod(c) * itemsize for c in cs if c is not None)
             planned[k][4] += nbytes
             planned[k][5] += nbytes
     steps = tuple(ProgramStep(inds, eq, shape, plan, offsets.get(k), scratch, scratch_new,
-                              copies.get(k))
+                              placed.get(k))
                   for k, (inds, eq, shape, plan, scratch, scratch_new) in enumerate(planned))
-    return Program(steps, arena_bytes, copies_in_arena=bool(copies))
+    return Program(steps, arena_bytes, copies_in_arena=bool(placed))
 
 
 def _copy_places_of(copies: tuple, full: tuple | None) -> tuple | None:
