@@ -22,12 +22,10 @@ step may allocate scratch: ``run_gemm``'s pre-summed operands, the copies it mak
 operands whose matrix is not a view (known exactly at planning, from the operands' strides:
 inputs and slice views as given, GEMM products kept as permuted views), ``einsum_matmul``'s
 copy of one operand into another memory order, and a product written before it is permuted
-into ``out``. A step whose copies are at least ``ARENA_COPY_BYTES`` makes them in the arena
-instead, each copy a buffer that lives within its step (``gemm.operand_copies``;
-``ProgramStep.copies``).
-``Program.peak_bytes`` is the arena plus the largest step's scratch
-(``gemm.operand_scratch``) and the call's Python objects: what a call allocates at once, as
-``tracemalloc`` measures it.
+into ``out``; a step's copies of at least ``ARENA_COPY_BYTES`` are buffers of the arena
+that live within their step (``ProgramStep.copies``). ``Program.peak_bytes`` is the arena
+plus the largest step's scratch and the call's Python objects: what a call allocates at
+once, as ``tracemalloc`` measures it.
 """
 
 from __future__ import annotations
@@ -46,6 +44,7 @@ from .gemm import (
     BLAS_DTYPES,
     GemmPlan,
     c_strides,
+    copies_bytes,
     einsum_is_faster,
     operand_copies,
     operand_scratch,
@@ -270,9 +269,7 @@ def _planned_step(equation: str, in_shapes: tuple, in_strides: tuple, blas: bool
         held, res_strides = operand_scratch(plan, layouts, itemsize, blas)
         return equation, shape, plan, held, res_strides, None
     copies, held, res_strides = operand_copies(plan, layouts, itemsize, blas)
-    ca, cb = copies
-    copied = ((0 if ca is None else math.prod(ca)) + (0 if cb is None else math.prod(cb))) * \
-        itemsize
+    copied = copies_bytes(copies, itemsize)
     if copied < ARENA_COPY_BYTES:     # NumPy's copies, in memory malloc reuses
         return equation, shape, plan, held + copied, res_strides, None
     return equation, shape, plan, held, res_strides, copies
@@ -358,28 +355,31 @@ def plan_program(terms: Sequence[str], output: str, path, shapes, dtype,
     else:
         # each copy lives within its step (interval (k, k)): it may share bytes with
         # intermediates not live at that step, never with the step's operands or result
-        spans = {}
-        for k, cs in copying.items():
-            for i, c in enumerate(cs):
-                if c is not None:
-                    spans[-2 * k - 1 - i] = ((k, k), math.prod(c) * itemsize)
+        spans = {_copy_key(k, i): ((k, k), math.prod(c) * itemsize)
+                 for k, cs in copying.items() for i, c in enumerate(cs) if c is not None}
         if spans or sum(held.values()) > UNSHARED_ARENA_BYTES:
             offsets, arena_bytes = assign_arena_offsets(
                 {**intervals, **{key: span for key, (span, _) in spans.items()}},
                 {**held, **{key: nbytes for key, (_, nbytes) in spans.items()}})
         else:
             offsets, arena_bytes = stacked_offsets(held)
-        placed = {k: tuple(None if c is None else (offsets[-2 * k - 1 - i], c)
+        placed = {k: tuple(None if c is None else (offsets[_copy_key(k, i)], c)
                            for i, c in enumerate(cs)) for k, cs in copying.items()}
     for k, cs in copying.items():
         if k not in placed:      # (a ragged slice's step beyond the full slice's places)
-            nbytes = sum(math.prod(c) * itemsize for c in cs if c is not None)
+            nbytes = copies_bytes(cs, itemsize)
             planned[k][4] += nbytes
             planned[k][5] += nbytes
     steps = tuple(ProgramStep(inds, eq, shape, plan, offsets.get(k), scratch, scratch_new,
                               placed.get(k))
                   for k, (inds, eq, shape, plan, scratch, scratch_new) in enumerate(planned))
     return Program(steps, arena_bytes, copies_in_arena=bool(placed))
+
+
+def _copy_key(k: int, operand: int) -> int:
+    """Step ``k``'s copy of GEMM operand ``operand`` (0: A, 1: B) as an arena buffer: a
+    negative key, apart from the steps' intermediates (``k``)."""
+    return -2 * k - 1 - operand
 
 
 def _copy_places_of(copies: tuple, full: tuple | None) -> tuple | None:

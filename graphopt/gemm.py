@@ -279,7 +279,15 @@ def operand_scratch(plan: GemmPlan, layouts, itemsize: int,
     result's label order)`` for operands of ``layouts`` (shape, element strides): its
     ``operand_copies`` and the rest of its scratch."""
     copies, held, strides = operand_copies(plan, layouts, itemsize, blas)
-    return held + sum(math.prod(c) * itemsize for c in copies if c is not None), strides
+    return held + copies_bytes(copies, itemsize), strides
+
+
+def copies_bytes(copies, itemsize: int) -> int:
+    """Bytes of ``operand_copies``' copies (each a shape, or None) in elements of
+    ``itemsize``."""
+    ca, cb = copies
+    return ((0 if ca is None else math.prod(ca)) + (0 if cb is None else math.prod(cb))) * \
+        itemsize
 
 
 def operand_copies(plan: GemmPlan, layouts, itemsize: int,

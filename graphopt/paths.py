@@ -66,14 +66,7 @@ def _play_counting(current: list, output: str, path: list, once: dict, held: dic
     for k, inds in enumerate(path):
         n = len(current)
         if len(inds) == 2:      # (nearly every step: the branch below is the hot one)
-            i, j = inds
-            if i > j:
-                i, j = j, i
-            if not (0 <= i and j < n and i != j):
-                _bad_step(path, k, (i, j), n)
-            a, b = current[i], current[j]
-            del current[j]
-            del current[i]
+            i, j, a, b = _take_pair(current, path, k, inds)
             picked = (a, b)
             union = once.get(a, a) + once.get(b, b) if once else a + b
             for c in union:
@@ -92,8 +85,7 @@ def _play_counting(current: list, output: str, path: list, once: dict, held: dic
             union = "".join(picked)
         labels = dict.fromkeys(union)
         if k == last:
-            if current:
-                raise GraphError(f"contraction path {path} leaves {len(current)} operand(s)")
+            _check_all_taken(current, path)
             result = output
             for c in set(result):
                 held[c] += 1
@@ -115,19 +107,11 @@ def _play_pairs_of_two(current: list, output: str, path: list) -> tuple[tuple, t
     path it keeps)."""
     steps, step_labels = [], []
     last = len(path) - 1
-    for k, (i, j) in enumerate(path):
-        if i > j:
-            i, j = j, i
-        n = len(current)
-        if not (0 <= i and j < n and i != j):
-            _bad_step(path, k, (i, j), n)
-        a, b = current[i], current[j]
-        del current[j]
-        del current[i]
+    for k, inds in enumerate(path):
+        i, j, a, b = _take_pair(current, path, k, inds)
         only_b = "".join([c for c in b if c not in a])
         if k == last:
-            if current:
-                raise GraphError(f"contraction path {path} leaves {len(current)} operand(s)")
+            _check_all_taken(current, path)
             result = output
         else:
             result = "".join([c for c in a if c not in b]) + only_b
@@ -135,6 +119,27 @@ def _play_pairs_of_two(current: list, output: str, path: list) -> tuple[tuple, t
         steps.append(((i, j), (a, b), result))
         step_labels.append(a + only_b)
     return tuple(steps), tuple(step_labels)
+
+
+def _take_pair(current: list, path, k: int, inds) -> tuple[int, int, str, str]:
+    """Step ``k``'s pair ``inds`` of ``path`` taken out of ``current``: ``(i, j, term i,
+    term j)`` with ``i < j``; ``GraphError`` where they are not two positions of it."""
+    i, j = inds
+    if i > j:
+        i, j = j, i
+    n = len(current)
+    if not (0 <= i and j < n and i != j):
+        _bad_step(path, k, (i, j), n)
+    a, b = current[i], current[j]
+    del current[j]
+    del current[i]
+    return i, j, a, b
+
+
+def _check_all_taken(current: list, path) -> None:
+    """``GraphError`` where the last step of ``path`` leaves operands in ``current``."""
+    if current:
+        raise GraphError(f"contraction path {path} leaves {len(current)} operand(s)")
 
 
 def _bad_step(path, k: int, inds, n: int):
