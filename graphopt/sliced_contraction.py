@@ -238,9 +238,12 @@ def _run_slices(contract, arrays, terms, output, regions, parts, out, shape, dty
                 res = contract.run(views, target, matmul, full, promoted=True)
                 if res is not target:
                     xp.copyto(target, res, casting="unsafe")
-                continue
-            res = contract.run(views, None, matmul, full, promoted=True)
-            target += res
+            else:
+                res = contract.run(views, None, matmul, full, promoted=True)
+                target += res
+            # (dropped before the next slice's result is made: kept until it was rebound,
+            # two slice results were alive at once where the workspace counts one)
+            del res
         if lo >= hi:  # a summed label of size 0: the empty sum
             target[...] = 0
 
