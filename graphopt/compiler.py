@@ -1,9 +1,8 @@
 """``compile()``: IR -> pass pipeline -> lowering -> ``Plan``, with a compile cache.
 
-The cache keys on the graph's structural hash plus every compile option, so compiling
-the same graph again (or the same function traced again) returns the plan already built.
-Hashes are computed only where a cached plan's graph has the same outline (node count,
-input count, output shapes): a first compile does not pay for one.
+The cache (``compile_cache``) keys on the graph's structural hash plus every compile
+option, so compiling the same graph again (or the same function traced again) returns the
+plan already built.
 """
 
 from __future__ import annotations
@@ -11,15 +10,13 @@ from __future__ import annotations
 import logging
 import math
 import numbers
-import threading
 import time
 import warnings
-from collections import OrderedDict
 
 import networkx as nx
 import numpy as np
 
-from . import ir, progress
+from . import compile_cache, ir, progress
 from .backends import BACKENDS, get_backend
 from .einsum_groups import contraction_only
 from .errors import GraphError
@@ -33,75 +30,25 @@ from .passes.manager import (
     env_disabled,
     pipeline_for,
 )
-from .pool import env_number as _env_number
 from .report import OptimizationReport, recomputation
 from .threads import check_threads
 
-# (graph outline, options) -> [[structural hash or None, plan, graph compiled], ...]: a
-# graph's hash is computed only where another cached plan shares its outline (``_outline``)
-_CACHE: "OrderedDict[tuple, list[list]]" = OrderedDict()
-# The compile cache holds at most this many plans, and the arenas its plans keep for their
-# next call add up to at most this many bytes (the least recently compiled give theirs back
-# first): a plan the user dropped does not keep its working memory.
-CACHE_ENTRIES = 256
 SLOW_COMPILE_SECONDS = 1.0   # a compile this long is logged at INFO (else DEBUG)
 # compiles under memory_limit: a first one, and again with the workspace its steps reported
 # kept free of the arena, where recomputation could meet the limit with that room
 WORKSPACE_TRIES = 3
 _log = logging.getLogger(__name__)
-CACHE_ARENA_BYTES = int(_env_number("GRAPHOPT_PLAN_CACHE_BYTES", 64 << 20))
-_cache_lock = threading.Lock()
 _warned_fallback = False
 
 
 def clear_cache() -> None:
     """Forget every cached plan."""
-    with _cache_lock:
-        _CACHE.clear()
+    compile_cache.clear()
 
 
 def cached_plans() -> list:
     """The plans in the compile cache, least recently compiled first."""
-    with _cache_lock:
-        return [e[1] for entries in _CACHE.values() for e in entries]
-
-
-def _outline(G: nx.MultiDiGraph) -> tuple:
-    """What every graph of the same structural hash shares, read without walking its other
-    nodes: its node count, its inputs' shapes and dtypes, and its outputs' shapes, dtypes,
-    ops and equations (a network's einsum: networks compiled one after another, of as many
-    tensors or of one equation on other sizes, are told apart without hashing each: 0.6 ms
-    of a 200-tensor MPS product's 10.7 ms ``go.contract``)."""
-    nodes = G._node
-    # the inputs as one hash: a key is hashed again at every lookup, and an ordered dict's
-    # walk over its values hashes each key (a tuple of 200 shapes in each of 21 keys made
-    # ``_bound_cache`` 10x slower); equal hashes only mean the graphs are hashed
-    return (len(nodes),
-            hash(tuple([(tuple(nodes[i]["shape"]), nodes[i]["dtype"])
-                        for i in G.graph.get("inputs", ()) if i in nodes])),
-            tuple((tuple(nodes[o]["shape"]), nodes[o]["dtype"], nodes[o]["op"],
-                   nodes[o]["attrs"].get("equation"))
-                  for o in G.graph.get("outputs", ()) if o in nodes))
-
-
-def _cached_plan(key: tuple, G: nx.MultiDiGraph):
-    """The plan cached for ``G`` under ``key`` (its outline and options), or None. The
-    structural hashes are computed here, where a plan of the same outline could match: the
-    hash walks every node (0.4 ms of a 200-tensor network's 8 ms first compile)."""
-    with _cache_lock:
-        entries = _CACHE.get(key)
-        if not entries:
-            return None, None
-    digest = ir.structural_hash(G)
-    with _cache_lock:
-        for entry in _CACHE.get(key, ()):
-            if entry[0] is None:
-                entry[0], entry[2] = ir.structural_hash(entry[2]), None
-            if entry[0] == digest:
-                _CACHE.move_to_end(key)
-                _bound_cache()
-                return entry[1], digest
-    return None, digest
+    return compile_cache.plans()
 
 
 def resolve_backend(backend: str) -> str:
@@ -242,8 +189,8 @@ def compile(graph, backend: str = "auto", opt_level: int = 2, memory_limit=None,
     cacheable = cache and not any(v is _UNCACHEABLE for v in _flatten(key))
     digest = None
     if cacheable:
-        key = (_outline(G),) + key
-        hit, digest = _cached_plan(key, G)
+        key = (compile_cache.outline(G),) + key
+        hit, digest = compile_cache.lookup(key, G)
         if hit is not None:
             return hit
 
@@ -304,11 +251,7 @@ def compile(graph, backend: str = "auto", opt_level: int = 2, memory_limit=None,
              report.compile_seconds, len(records), "" if slowest is None else
              f"; slowest: {slowest.name} {slowest.seconds:.3f} s")
     if cacheable:
-        with _cache_lock:
-            # the graph is kept to be hashed where a graph of its outline is compiled later
-            _CACHE.setdefault(key, []).append([digest, plan, G if digest is None else None])
-            _CACHE.move_to_end(key)
-            _bound_cache()
+        compile_cache.keep(key, plan, G, digest)
     return plan
 
 
@@ -404,32 +347,6 @@ def _check_fits_memory(plan, backend) -> None:
         "it, or give the path search longer (path_time=) for a narrower order",
         op=s.op_kinds[0] if s.op_kinds else None, src=s.srcs[0] if s.srcs else None,
         node=s.node)
-
-
-def _bound_cache() -> None:
-    """Keep ``CACHE_ENTRIES`` plans and ``CACHE_ARENA_BYTES`` of their idle arenas (the
-    most recently compiled keep theirs; lock held)."""
-    count = sum(map(len, _CACHE.values()))
-    while count > CACHE_ENTRIES:
-        oldest = next(iter(_CACHE))
-        entries = _CACHE[oldest]
-        _release(entries.pop(0)[1])
-        if not entries:
-            del _CACHE[oldest]
-        count -= 1
-    budget = CACHE_ARENA_BYTES
-    for plan in reversed([e[1] for entries in _CACHE.values() for e in entries]):
-        held = getattr(plan, "idle_arena_bytes", 0)
-        if held > budget:
-            _release(plan)
-        else:
-            budget -= held
-
-
-def _release(plan) -> None:
-    release = getattr(plan, "release_arenas", None)
-    if release is not None:
-        release()
 
 
 def _flatten(v):

@@ -138,7 +138,7 @@ def _tensorize(g: Graph, out):
 
 
 # go.contract's plans by (equation, shapes, dtypes, options): weak, so that the compile
-# cache's bounds (``compiler.CACHE_ENTRIES`` and its arena bytes) are theirs, and
+# cache's bounds (``compile_cache.CACHE_ENTRIES`` and its arena bytes) are theirs, and
 # ``compiler.clear_cache`` or ``cache=False`` leaves none kept here
 _contract_plans: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
 _contract_lock = threading.Lock()

@@ -106,6 +106,10 @@ class Plan(StepsIntrospection):
         self._held = tuple(s.kernel.held_bytes for s in steps if s.kernel.held_bytes is not None)
         self._lock = threading.Lock()
         self.max_cached_arenas = 4
+        # called with the plan when a call has given its arena back, or its arenas were
+        # released: what it keeps for its next call may have changed (the compile cache
+        # counts what its plans keep this way: ``compile_cache``)
+        self.arena_listener = None
         self.arena_stats = {"created": 0, "reused": 0, "live": 0, "max_live": 0}
 
     def _repr_html_(self) -> str:
@@ -147,8 +151,15 @@ class Plan(StepsIntrospection):
             self.arena_stats["live"] -= 1
             if len(self._free) < self.max_cached_arenas:
                 self._free.append(arena)
-                return
-        self.pool.release(arena.buffer)
+                arena = None
+        if arena is not None:
+            self.pool.release(arena.buffer)
+        self._tell_listener()
+
+    def _tell_listener(self) -> None:
+        listener = self.arena_listener
+        if listener is not None:
+            listener(self)
 
     def memory_stats(self) -> dict:
         """Measured memory next to the plan's prediction: ``high_water_bytes`` is the most
@@ -191,6 +202,7 @@ class Plan(StepsIntrospection):
         for s in self.steps:
             if s.kernel.release is not None:
                 s.kernel.release()
+        self._tell_listener()
 
     def measure_peak_bytes(self, *args, **kwargs) -> int:
         """What one call on these inputs allocates at once beside its inputs and outputs, as

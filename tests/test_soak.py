@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import graphopt as go
-from graphopt import compiler
+from graphopt import compile_cache, compiler
 
 
 def small_graph(n: int, k: int) -> go.Graph:
@@ -52,7 +52,7 @@ def test_two_thousand_distinct_plans_keep_memory_flat(monkeypatch):
     """Once the compile cache (64 plans here) is full, 1500 more distinct plans compiled, run
     and dropped leave the number of live Python objects where it was (a plan kept by any
     cache is thousands of objects) and resident memory within allocator noise."""
-    monkeypatch.setattr(compiler, "CACHE_ENTRIES", 64)
+    monkeypatch.setattr(compile_cache, "CACHE_ENTRIES", 64)
     compiler.clear_cache()
     run_many(1, 500)
     gc.collect()
@@ -69,7 +69,7 @@ def test_two_thousand_distinct_plans_keep_memory_flat(monkeypatch):
 def test_traced_memory_stays_flat_over_five_thousand_plans(monkeypatch):
     """The same with tracemalloc (exact, slow): the traced bytes once the cache holds only
     plans made while tracing, against 4800 plans later."""
-    monkeypatch.setattr(compiler, "CACHE_ENTRIES", 64)
+    monkeypatch.setattr(compile_cache, "CACHE_ENTRIES", 64)
     compiler.clear_cache()
     run_many(1, 20)   # first-use caches (dtype probes, imports)
     gc.collect()
@@ -105,7 +105,7 @@ def test_dropped_plans_give_their_arenas_back():
     assert plans[0].arena_bytes >= 8 * n
     go.compile(small_graph(10, 0), backend="numpy")   # the bound holds at every compile
     assert sum(p.idle_arena_bytes for p in compiler.cached_plans()) <= \
-        compiler.CACHE_ARENA_BYTES
+        compile_cache.CACHE_ARENA_BYTES
     pool = plans[0].pool
     assert pool.stats.bytes_cached <= pool.max_cached_bytes
     del plans

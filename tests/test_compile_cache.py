@@ -1,0 +1,96 @@
+"""The compile cache (graphopt/compile_cache.py): what its plans keep for their next calls,
+counted as it changes, within its bound; dropped plans let go."""
+
+import gc
+import weakref
+
+import numpy as np
+import pytest
+
+import graphopt as go
+from graphopt import compile_cache
+from graphopt.plan import Plan
+
+
+def _graph(n: int, k: int):
+    g = go.Graph(f"cached{k}")
+    x = g.input("x", (n,), "float64")
+    y = go.exp(x) + float(k)
+    g.output(go.sum(go.einsum("i,i->i", y, y) * go.tanh(y)))
+    return g
+
+
+def _counted_plans() -> int:
+    return sum(p.idle_arena_bytes for p in compile_cache.plans())
+
+
+@pytest.fixture
+def asks(monkeypatch):
+    """How many times a plan was asked what it keeps (``Plan.idle_arena_bytes``)."""
+    got = []
+    real = Plan.idle_arena_bytes
+
+    def counted(self):
+        got.append(self)
+        return real.fget(self)
+    monkeypatch.setattr(Plan, "idle_arena_bytes", property(counted))
+    return got
+
+
+def test_the_count_follows_calls_and_releases():
+    compile_cache.clear()
+    plans = [go.compile(_graph(1000 + k, k), backend="numpy") for k in range(5)]
+    for p in plans:
+        p(x=np.ones(p.graph.nodes[p.graph.graph["inputs"][0]]["shape"]))
+    go.compile(_graph(10, 99), backend="numpy")      # (a bound counts what calls returned)
+    held = _counted_plans()
+    assert held > 0 and compile_cache.counted_bytes() == held
+    plans[0].release_arenas()
+    plans[1].release_arenas()
+    go.compile(_graph(11, 98), backend="numpy")
+    assert compile_cache.counted_bytes() == _counted_plans() < held
+
+
+def test_a_compile_asks_only_the_plans_called_since_the_last(asks):
+    compile_cache.clear()
+    plans = [go.compile(_graph(100 + k, k), backend="numpy") for k in range(40)]
+    for p in plans:
+        p(x=np.ones(p.graph.nodes[p.graph.graph["inputs"][0]]["shape"]))
+    go.compile(_graph(10, 99), backend="numpy")
+    asks.clear()
+    plans[3](x=np.ones(103))
+    go.compile(_graph(11, 98), backend="numpy")   # the new plan and the one called
+    assert len(asks) == 2 and set(map(id, asks)) == {id(plans[3]), id(compile_cache.plans()[-1])}
+    asks.clear()
+    again = go.compile(_graph(11, 98), backend="numpy")   # a cache hit asks no plan
+    assert again is compile_cache.plans()[-1] and asks == []
+
+
+def test_over_the_bound_the_least_recently_compiled_give_their_arenas_back(monkeypatch):
+    compile_cache.clear()
+    plans = [go.compile(_graph(50_000, k), backend="numpy") for k in range(4)]
+    for p in plans:
+        p(x=np.ones(50_000))
+    one = max(p.idle_arena_bytes for p in plans)
+    monkeypatch.setattr(compile_cache, "CACHE_ARENA_BYTES", 2 * one)
+    go.compile(_graph(10, 99), backend="numpy")
+    assert _counted_plans() <= 2 * one and compile_cache.counted_bytes() == _counted_plans()
+    assert plans[0].idle_arena_bytes == 0 and plans[3].idle_arena_bytes > 0
+
+
+def test_a_plan_out_of_the_cache_is_let_go(monkeypatch):
+    monkeypatch.setattr(compile_cache, "CACHE_ENTRIES", 2)
+    compile_cache.clear()
+    first = go.compile(_graph(100, 0), backend="numpy")
+    first(x=np.ones(100))
+    gone = weakref.ref(first)
+    for k in range(1, 4):
+        go.compile(_graph(100 + k, k), backend="numpy")
+    assert first.arena_listener is None
+    first(x=np.ones(100))           # (a call of a plan out of the cache tells it nothing)
+    go.compile(_graph(200, 9), backend="numpy")
+    del first
+    gc.collect()
+    assert gone() is None
+    assert len(compile_cache.plans()) == 2
+    assert compile_cache.counted_bytes() == _counted_plans()
