@@ -20,7 +20,7 @@ def _graph(n: int, k: int):
     return g
 
 
-def _counted_plans() -> int:
+def _asked_of_every_plan() -> int:
     return sum(p.idle_arena_bytes for p in compile_cache.plans())
 
 
@@ -43,12 +43,12 @@ def test_the_count_follows_calls_and_releases():
     for p in plans:
         p(x=np.ones(p.graph.nodes[p.graph.graph["inputs"][0]]["shape"]))
     go.compile(_graph(10, 99), backend="numpy")      # (a bound counts what calls returned)
-    held = _counted_plans()
+    held = _asked_of_every_plan()
     assert held > 0 and compile_cache.counted_bytes() == held
     plans[0].release_arenas()
     plans[1].release_arenas()
     go.compile(_graph(11, 98), backend="numpy")
-    assert compile_cache.counted_bytes() == _counted_plans() < held
+    assert compile_cache.counted_bytes() == _asked_of_every_plan() < held
 
 
 def test_a_compile_asks_only_the_plans_called_since_the_last(asks):
@@ -74,7 +74,8 @@ def test_over_the_bound_the_least_recently_compiled_give_their_arenas_back(monke
     one = max(p.idle_arena_bytes for p in plans)
     monkeypatch.setattr(compile_cache, "CACHE_ARENA_BYTES", 2 * one)
     go.compile(_graph(10, 99), backend="numpy")
-    assert _counted_plans() <= 2 * one and compile_cache.counted_bytes() == _counted_plans()
+    held = _asked_of_every_plan()
+    assert held <= 2 * one and compile_cache.counted_bytes() == held
     assert plans[0].idle_arena_bytes == 0 and plans[3].idle_arena_bytes > 0
 
 
@@ -93,7 +94,7 @@ def test_a_plan_out_of_the_cache_is_let_go(monkeypatch):
     gc.collect()
     assert gone() is None
     assert len(compile_cache.plans()) == 2
-    assert compile_cache.counted_bytes() == _counted_plans()
+    assert compile_cache.counted_bytes() == _asked_of_every_plan()
 
 
 def test_the_count_holds_under_threads_compiling_calling_and_releasing(monkeypatch):
@@ -124,4 +125,4 @@ def test_the_count_holds_under_threads_compiling_calling_and_releasing(monkeypat
     go.compile(_graph(10, 99), backend="numpy")
     assert errors == []
     assert len(compile_cache.plans()) == 8
-    assert compile_cache.counted_bytes() == _counted_plans() <= 3 << 20
+    assert compile_cache.counted_bytes() == _asked_of_every_plan() <= 3 << 20
