@@ -109,7 +109,7 @@ def keep(key: tuple, plan, G: nx.MultiDiGraph, digest) -> None:
         _entry_of[id(plan)] = entry
         if hasattr(plan, "arena_listener"):
             plan.arena_listener = _returned.add
-        _returned.add(plan)       # (it may have been called before it was cached)
+        _returned.add(plan)   # (its kernels may have run while it compiled, keeping arenas)
         bound()
 
 
