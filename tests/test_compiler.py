@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 import graphopt as go
 from graphopt import compiler
+from graphopt.passes.manager import PIPELINES
 from graphopt.testing import assert_plan_matches_interpreter, graphs, inputs_for
 
 LEVELS = (0, 1, 2, 3)
@@ -462,6 +463,31 @@ def test_one_contraction_of_inputs_compiles_by_the_contraction_only_pipeline(bac
     arrays = _chain_arrays()
     np.testing.assert_allclose(plan(*arrays), np.einsum(eq, *arrays, optimize=True),
                                rtol=1e-12, atol=1e-14)
+
+
+@pytest.mark.parametrize("eq, shapes", [("ab,bc->ac", [(40, 30), (30, 20)]),
+                                         ("abc,acd->dab", [(3, 4, 5), (3, 5, 6)]),
+                                         ("ab,cd->abcd", [(3, 4), (5, 6)]),
+                                         ("ab,ab->", [(2, 3), (2, 3)]),
+                                         ("aab,bc->ac", [(3, 3, 4), (4, 5)])])
+def test_a_pair_of_inputs_compiles_by_the_contraction_only_pipeline(eq, shapes):
+    """A pair of inputs is kept as the pairwise node it is: the same kernel as the whole
+    pipeline's, the same values, predicted peak and report group."""
+    rng = np.random.default_rng(3)
+    arrays = [rng.normal(size=s) for s in shapes]
+    g = go.Graph("pair")
+    g.output(go.einsum(eq, *(g.input(f"x{i}", s) for i, s in enumerate(shapes))))
+    short = go.compile(g, cache=False)
+    full = go.compile(g, cache=False, passes=PIPELINES[2])
+    assert [r.name for r in short.report.records] == ["contraction", "slicing"]
+    assert len(full.report.records) > 2
+    assert [s.kernel.impl for s in short.steps] == [s.kernel.impl for s in full.steps]
+    assert short.predicted_peak_bytes == full.predicted_peak_bytes
+    (group,) = short.report["contraction"].details["groups"]
+    assert group["decision"] == "kept user order" and "emitted" not in group
+    np.testing.assert_array_equal(short(*arrays), full(*arrays))
+    np.testing.assert_allclose(short(*arrays), np.einsum(eq, *arrays), rtol=1e-12,
+                               atol=1e-12)
 
 
 @pytest.mark.parametrize("kwargs", [dict(opt_level=1), dict(disable=("contraction",)),

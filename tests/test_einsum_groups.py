@@ -67,5 +67,8 @@ def test_a_tensor_network_is_one_contraction_only_of_its_inputs():
     assert not contraction_only(h.to_ir())
     k = go.Graph("pair")
     x, y = (k.input(k_, (2, 2)) for k_ in "xy")
-    k.output(go.einsum("ab,bc->ac", x, y))                  # two operands: not a network
-    assert not contraction_only(k.to_ir())
+    k.output(go.einsum("ab,bc->ac", x, y))                  # a pair of inputs is one too
+    assert contraction_only(k.to_ir())
+    one = go.Graph("one")
+    one.output(go.einsum("ab->ba", one.input("x", (2, 3))))  # simplify makes it a transpose
+    assert not contraction_only(one.to_ir())
