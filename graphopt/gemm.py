@@ -44,12 +44,18 @@ class GemmPlan(NamedTuple):
     matrices: tuple
 
 
-def _matrices(bmkn: tuple, perm_a: tuple, perm_b: tuple) -> tuple:
-    """``GemmPlan.matrices`` of a plan of ``bmkn`` and those permutations."""
-    B, M, K, N = bmkn
-    lead = (B,) if B != 1 else ()
-    return (lead + (M, K), lead + (K, N), lead + (M, N),
-            perm_a != tuple(range(len(perm_a))), perm_b != tuple(range(len(perm_b))))
+class _PairLabels(NamedTuple):
+    """What a GEMM plan of ``ta,tb->out`` takes from the labels alone (``pair_labels``)."""
+
+    sum_a: tuple
+    sum_b: tuple
+    perm_a: tuple
+    perm_b: tuple
+    groups: tuple          # the labels of B, M, K and N
+    order: str             # the product's label order, batch + m + n
+    out_perm: tuple | None
+    swapped: bool
+    moves: tuple           # whether perm_a, perm_b move any axis
 
 
 def gemm_plan(equation: str, shapes) -> GemmPlan | None:
@@ -89,9 +95,31 @@ def pair_gemm_plan(ta: str, tb: str, out: str, size: dict) -> GemmPlan | None:
     """``gemm_plan`` of ``ta,tb->out`` with each label's ``size``: for a caller that has
     split the equation and read the sizes already (a contraction program plans each
     distinct step of a network of hundreds)."""
+    p = pair_labels(ta, tb, out)
+    if p is None:
+        return None
+    bmkn = []
+    for group in p.groups:
+        e = 1
+        for c in group:
+            e *= size[c]
+        bmkn.append(e)
+    B, M, K, N = bmkn
+    lead = (B,) if B != 1 else ()
+    return GemmPlan(p.sum_a, p.sum_b, p.perm_a, p.perm_b, (B, M, K, N),
+                    tuple(map(size.__getitem__, p.order)), p.out_perm, p.swapped,
+                    (lead + (M, K), lead + (K, N), lead + (M, N)) + p.moves)
+
+
+@functools.lru_cache(maxsize=4096)
+def pair_labels(ta: str, tb: str, out: str) -> _PairLabels | None:
+    """The label work of ``pair_gemm_plan`` (None: a term repeats a label, a trace or a
+    diagonal, not a GEMM). Memoized: a network's steps, their labels renamed in order of
+    first use (``first_use_equation``), repeat a few dozen patterns at many sizes
+    (``pair_gemm_plan`` of ``abcd,cdef->abef``: 9.0 -> 2.6 us; a new 6x6 lattice's
+    program planned in 0.89 ms, 1.09 before, best of 40)."""
     if len(set(ta)) != len(ta) or len(set(tb)) != len(tb):
         return None
-    # one pass per term and one over the output (8.6 -> 5.2 us a step)
     sum_a, ra = _summed_first(ta, tb, out)
     sum_b, rb = _summed_first(tb, ta, out)
     batch = m = n = ""
@@ -107,18 +135,11 @@ def pair_gemm_plan(ta: str, tb: str, out: str, size: dict) -> GemmPlan | None:
     if swapped:
         ra, rb, m, n, sum_a, sum_b = rb, ra, n, m, sum_b, sum_a
     order = batch + m + n
-    bmkn = []
-    for group in (batch, m, k, n):
-        p = 1
-        for c in group:
-            p *= size[c]
-        bmkn.append(p)
     perm_a, perm_b = tuple(map(ra.index, batch + m + k)), tuple(map(rb.index, batch + k + n))
-    bmkn = tuple(bmkn)
-    return GemmPlan(tuple(sum_a), tuple(sum_b), perm_a, perm_b, bmkn,
-                    tuple(map(size.__getitem__, order)),
-                    None if order == out else tuple(map(order.index, out)), swapped,
-                    _matrices(bmkn, perm_a, perm_b))
+    return _PairLabels(tuple(sum_a), tuple(sum_b), perm_a, perm_b, (batch, m, k, n), order,
+                       None if order == out else tuple(map(order.index, out)), swapped,
+                       (perm_a != tuple(range(len(perm_a))),
+                        perm_b != tuple(range(len(perm_b)))))
 
 
 def _summed_first(term: str, other: str, out: str) -> tuple[list[int], str]:

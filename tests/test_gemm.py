@@ -9,7 +9,13 @@ import numpy as np
 import pytest
 
 from graphopt.einsum import parse
-from graphopt.gemm import gemm_plan, gemm_workspace_bytes, reshaped_strides, run_gemm
+from graphopt.gemm import (
+    gemm_plan,
+    gemm_workspace_bytes,
+    pair_labels,
+    reshaped_strides,
+    run_gemm,
+)
 
 
 @pytest.mark.parametrize("eq, shapes", [
@@ -71,3 +77,23 @@ def test_gemm_plan_shapes():
     assert q.bmkn[0] == 1 and q.bmkn[2] == 5 and {q.bmkn[1], q.bmkn[3]} == {12, 6}
     # l leads the result: B's matrix goes first (swapped), so the product needs no permuting
     assert q.swapped and q.out_perm is None and q.res_shape == (6, 3, 4)
+
+
+def test_a_pairs_labels_are_planned_once_and_its_sizes_every_time():
+    """``pair_labels`` is memoized by labels: plans of one pattern at other sizes take
+    their own sizes, and each runs as ``np.einsum`` does."""
+    rng = np.random.default_rng(5)
+    pair_labels.cache_clear()
+    for shapes in ([(2, 3, 4), (4, 3, 5)], [(6, 1, 2), (2, 1, 7)], [(1, 5, 3), (3, 5, 1)]):
+        p = gemm_plan("abc,cbd->dab", shapes)
+        (a, b, c), d = shapes[0], shapes[1][2]
+        assert p.bmkn == (b, a, c, d) and p.res_shape == (b, a, d)   # batch b, M a, N d
+        lead = (b,) if b != 1 else ()
+        assert p.matrices[:3] == (lead + (a, c), lead + (c, d), lead + (a, d))
+        x, y = (rng.normal(size=s) for s in shapes)
+        out = np.empty((d, a, b))
+        run_gemm(np, p, x, y, out)
+        np.testing.assert_allclose(out, np.einsum("abc,cbd->dab", x, y), rtol=1e-12)
+    info = pair_labels.cache_info()
+    assert (info.misses, info.hits) == (1, 2)
+    assert pair_labels("aab", "bc", "ac") is None     # a trace: not a GEMM
