@@ -236,7 +236,8 @@ class PassManager:
                 except GraphError as e:
                     raise GraphError(f"{e.detail}; passes run before it: {done or 'none'}",
                                      op=e.op, src=e.src, node=e.node) from None
-            structure_changed = after[0] != frozen.keys or _signature(H) != _signature(G)
+            structure_changed = after[0] != frozen.keys or \
+                _signature(after[1]) != _signature(frozen.graph_key)
             if structure_changed:
                 # A schedule or memory plan carried over unchanged from before a structural
                 # change describes a graph that no longer exists.
@@ -290,9 +291,10 @@ def _normalize(result, name) -> tuple[nx.MultiDiGraph, PassRecord]:
     return result.graph, rec
 
 
-def _signature(G) -> tuple:
-    return tuple(ir.value_key(G.graph.get(k)) for k in ("inputs", "outputs",
-                                                           "output_structure"))
+def _signature(graph_key: tuple) -> tuple:
+    """A graph's inputs, outputs and output structure, read from its ``ir.graph_key``."""
+    attrs = dict(graph_key)
+    return tuple(attrs.get(k) for k in ("inputs", "outputs", "output_structure"))
 
 
 class _Snapshot:
