@@ -1,7 +1,7 @@
 """compile() -> Plan on the reference backend: every opt_level against the interpreter,
 input validation, no mutation or aliasing, output structures, caching, jit, contract."""
 
-import threading
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import opt_einsum
@@ -262,20 +262,13 @@ def test_plan_is_thread_safe(rng):
     plan = go.compile(mlp(64), backend="numpy", opt_level=2)
     inputs = [mlp_inputs(np.random.default_rng(i), 64) for i in range(8)]
     expected = [plan(*a) for a in inputs]
-    errors = []
 
     def worker(i):
         for _ in range(20):
-            got = plan(*inputs[i])
-            if not np.array_equal(got, expected[i]):
-                errors.append(i)
+            np.testing.assert_array_equal(plan(*inputs[i]), expected[i])
 
-    threads = [threading.Thread(target=worker, args=(i,)) for i in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert not errors
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(worker, range(8)))      # (a worker's failure is raised here)
 
 
 # ------------------------------------------------------------------------------------ jit

@@ -177,6 +177,7 @@ def test_ir_label_table_is_filled_once_under_threads(monkeypatch):
     no label is listed twice (two threads appending at once would skip or repeat one)."""
     import sys
     import threading
+    from concurrent.futures import ThreadPoolExecutor
     monkeypatch.setattr(E, "_LABELS", list(E.ASCII_LETTERS))
     # threads switch every microsecond: the table filled without its lock lists labels
     # twice in 91 of 100 such runs
@@ -190,12 +191,10 @@ def test_ir_label_table_is_filled_once_under_threads(monkeypatch):
         start.wait()
         got.append([E.label(i) for i in range(1499, -1, -7)])
 
-    threads = [threading.Thread(target=ask) for _ in range(8)]
     try:
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+        with ThreadPoolExecutor(8) as pool:
+            for f in [pool.submit(ask) for _ in range(8)]:
+                f.result()
     finally:
         sys.setswitchinterval(old_interval)
     assert E._LABELS[:1500] == list(E.ASCII_LETTERS) + want

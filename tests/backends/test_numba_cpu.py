@@ -2,8 +2,8 @@
 runtime (no per-call allocation but the outputs, concurrency) and the fallback without numba.
 """
 
-import threading
 import warnings
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
@@ -126,21 +126,14 @@ def test_concurrent_calls_get_their_own_arenas(rng):
     inputs = [mlp_inputs(np.random.default_rng(s)) for s in range(6)]
     ref_plan = go.compile(g, backend="numpy")
     expected = [ref_plan(**i) for i in inputs]
-    results, errors = [None] * 6, []
 
     def work(k):
-        try:
-            for _ in range(5):
-                results[k] = plan(**inputs[k])
-        except Exception as e:  # surfaced below
-            errors.append(e)
+        for _ in range(5):
+            got = plan(**inputs[k])
+        return got
 
-    threads = [threading.Thread(target=work, args=(k,)) for k in range(6)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert not errors
+    with ThreadPoolExecutor(6) as pool:
+        results = list(pool.map(work, range(6)))     # (a worker's exception is raised here)
     for got, exp in zip(results, expected):
         for key in exp:
             np.testing.assert_allclose(got[key], exp[key], rtol=1e-5, atol=1e-5)
