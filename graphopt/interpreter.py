@@ -12,7 +12,7 @@ from typing import Sequence
 import networkx as nx
 import numpy as np
 
-from . import ir, ops
+from . import activations, ir, ops
 from .errors import VALUE_ERRORS, GraphError
 from .liveness import execution_order
 from .signature import bind_inputs, restructure
@@ -73,19 +73,19 @@ def _uses(G: nx.MultiDiGraph) -> dict[int, int]:
 def node_peak_bytes(G: nx.MultiDiGraph, n: int) -> int:
     """Bytes ``eval_node`` holds at once for node ``n`` (its result included): a fused
     node's body values (``run_graph_peak_bytes``), else what the op's NumPy form holds
-    (``ops.impl_peak_bytes``)."""
+    (``activations.impl_peak_bytes``)."""
     d = G.nodes[n]
     if d["op"] == ops.FUSED:
         return run_graph_peak_bytes(d["attrs"]["graph"])
     us = ir.operands(G, n)
-    return ops.impl_peak_bytes(d["op"], d["shape"], G.nodes[us[0]]["dtype"] if us
+    return activations.impl_peak_bytes(d["op"], d["shape"], G.nodes[us[0]]["dtype"] if us
                                else d["dtype"], d["dtype"])
 
 
 def run_graph_peak_bytes(G: nx.MultiDiGraph) -> int:
     """The most bytes of computed values ``run_graph`` holds at once on ``G``: each value
     from its evaluation to its last use (outputs to the end), and while an op runs the
-    arrays its NumPy form holds (``ops.impl_peak_bytes``); inputs and constants not counted,
+    arrays its NumPy form holds (``activations.impl_peak_bytes``); inputs and constants not counted,
     a value NumPy returns as a view counted as new (an upper bound)."""
     remaining = _uses(G)
     live = peak = 0

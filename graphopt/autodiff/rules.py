@@ -24,7 +24,7 @@ from typing import Callable
 
 import numpy as np
 
-from .. import ops
+from .. import activations, ops
 from .. import tensor as T
 from ..tensor import Tensor
 from .einsum_vjp import einsum_vjp
@@ -140,8 +140,8 @@ def _gelu(p, ct):
     (x,) = p.args
     if x.dtype.kind in "biu":
         x = T.astype(x, p.out.dtype)
-    s = T.sigmoid(ops.GELU_2C * (x + ops.GELU_K * (x * x * x)))
-    dw = ops.GELU_2C * (1 + 3 * ops.GELU_K * T.square(x))
+    s = T.sigmoid(activations.GELU_2C * (x + activations.GELU_K * (x * x * x)))
+    dw = activations.GELU_2C * (1 + 3 * activations.GELU_K * T.square(x))
     return (ct * (s + x * s * (1 - s) * dw),)
 
 

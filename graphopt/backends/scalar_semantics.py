@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .. import ops
+from .. import activations
 
 # Ops that are NumPy ufuncs: their loop dtypes are NumPy's own type resolution.
 UFUNCS = {"neg": np.negative, "abs": np.absolute, "exp": np.exp, "log": np.log,
@@ -65,11 +65,11 @@ INT_RECIPROCAL_ELSE = 0
 INT_POW_NEGATIVE = "Integers to negative integer powers are not allowed."
 
 # sigmoid and GELU of a real value are computed in float64 in the stable logistic form
-# ``x * (1 if w >= 0 else e) / (1 + e)``, ``e = exp(-|w|)`` (ops._logistic), with
+# ``x * (1 if w >= 0 else e) / (1 + e)``, ``e = exp(-|w|)`` (activations._logistic), with
 # ``w = GELU_2C * (x + GELU_K * x**3)`` for GELU and ``x**3`` in an integer's own type
-# (it wraps, as ops._gelu); on complex values they are the textbook formulas.
+# (it wraps, as activations.gelu); on complex values they are the textbook formulas.
 LOGISTIC_DTYPE = "float64"
-GELU_C, GELU_2C, GELU_K = ops.GELU_2C / 2.0, ops.GELU_2C, ops.GELU_K
+GELU_C, GELU_2C, GELU_K = activations.GELU_2C / 2.0, activations.GELU_2C, activations.GELU_K
 
 # Sums accumulate wider than they store (NumPy's pairwise summation keeps float32 sums
 # accurate; a plain loop must widen to match it), and a mean of integers is a float64 mean.

@@ -234,14 +234,14 @@ class ScalarPrinter:
         return f"cdiv_c{np.dtype(ct).itemsize * 8}({x}, {y})"
 
     def logistic(self, w, x, out, key) -> str:
-        """``x * sigmoid(w)`` of float64 values, as ``ops._logistic``, cast to ``out``."""
+        """``x * sigmoid(w)`` of float64 values, as ``activations._logistic``, cast to ``out``."""
         e = self.var(key, f"np.exp(-abs({w}))")
         one = self.const(1.0, ss.LOGISTIC_DTYPE)
         return self.cast(f"({x} * (({one} if {w} >= 0 else {e}) / ({one} + {e})))",
                          ss.LOGISTIC_DTYPE, out)
 
     def gelu(self, x, src, out, key) -> str:
-        """GELU as ``ops._gelu``: ``x * sigmoid(w)``, ``w = 2 sqrt(2/pi) (x + k x**3)`` in
+        """GELU as ``activations.gelu``: ``x * sigmoid(w)``, ``w = 2 sqrt(2/pi) (x + k x**3)`` in
         float64 with ``x**3`` in float64 (in an integer's own type: it wraps);
         numba_math's double-double form for float64 and when fast."""
         if np.dtype(out).kind == "c":
@@ -260,7 +260,7 @@ class ScalarPrinter:
             self.fast_used["gelu_f64"] = ("gelu", "float64")
             return f"gelu_f64({x})"
         xd = self.var(key, self.cast(x, src, ss.LOGISTIC_DTYPE))
-        # x**3 in float64, or in an integer's own type (it wraps, as ops._gelu)
+        # x**3 in float64, or in an integer's own type (it wraps, as activations.gelu)
         cube = f"{xd} * {xd} * {xd}" if np.dtype(src).kind == "f" else \
             self.cast(x if src == "bool" else f"{_T[src]}({_T[src]}({x} * {x}) * {x})",
                       src, ss.LOGISTIC_DTYPE)
