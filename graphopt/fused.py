@@ -88,6 +88,11 @@ def operand_index_map(G: nx.MultiDiGraph, n: int, k: int, node_map: tuple) -> tu
     return tuple(None if shape[j] == 1 else node_map[lead + j] for j in range(len(shape)))
 
 
+def computed_members(sub: nx.MultiDiGraph) -> list[int]:
+    """The nodes of a fused node's sub-graph that compute (not its inputs or constants)."""
+    return [n for n in sub if sub.nodes[n]["op"] not in ("input", "const")]
+
+
 def identity_map(shape) -> tuple:
     """The index map of an operand of ``shape`` over a loop space of the same shape (size-1
     dims broadcast: None)."""

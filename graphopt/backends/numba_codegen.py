@@ -17,13 +17,13 @@ import networkx as nx
 from .. import ir
 from ..disk_cache import cache_dir  # noqa: F401  (where kernels live: reported, tested)
 from ..disk_cache import load_module as _load_module
-from ..fused import classify, is_pointwise, node_subgraph
+from ..fused import classify, computed_members, is_pointwise, node_subgraph
 from .numba_kernels.blocked import (
     _BlockedSource,
     run_blocks,  # noqa: F401  (generated modules import it here)
 )
 from .numba_kernels.expressions import UnsupportedKernel, _fast_table
-from .numba_kernels.source import GeneratedKernel, _members, _Source
+from .numba_kernels.source import GeneratedKernel, _Source
 
 # ------------------------------------------------------------------------------ building
 
@@ -130,7 +130,7 @@ def _node_group(G: nx.MultiDiGraph, n: int) -> tuple[nx.MultiDiGraph, str]:
     if not (is_pointwise(G, n) or G.nodes[n]["op"] in ("sum", "max", "min", "mean")):
         raise UnsupportedKernel(f"op {G.nodes[n]['op']!r} is not elementwise or a reduction")
     sub = node_subgraph(G, n)
-    pattern, reason = classify(sub, _members(sub), sub.graph["outputs"][0])
+    pattern, reason = classify(sub, computed_members(sub), sub.graph["outputs"][0])
     if pattern is None:
         raise UnsupportedKernel(reason)
     return sub, pattern

@@ -26,7 +26,13 @@ import numpy as np
 from dask.base import tokenize
 
 from ... import ir, ops
-from ...fused import build_subgraph, group_maps, identity_map, operand_index_map
+from ...fused import (
+    build_subgraph,
+    computed_members,
+    group_maps,
+    identity_map,
+    operand_index_map,
+)
 from ...interpreter import run_graph
 from .lowering import Options, StepLog, conform, constant, lower_einsum, lower_op
 
@@ -72,10 +78,6 @@ def lower_subgraph(sub: nx.MultiDiGraph, args: list, opts: Options, log: StepLog
     return env[sub.graph["outputs"][0]]
 
 
-def _members(sub) -> set:
-    return {m for m in sub if sub.nodes[m]["op"] not in ("input", "const")}
-
-
 def _part(sub, members, root):
     """``(sub-graph of members, its operand ids in sub)``, the constants they use copied."""
     consts = {u for m in members for u in ir.operands(sub, m) if sub.nodes[u]["op"] == "const"}
@@ -95,13 +97,13 @@ def fused_contraction(sub, args, opts, log):
                 for u in ir.operands(sub, e)]
     y = conform(lower_einsum(sub.nodes[e]["attrs"], operands, opts, log), sub.nodes[e], e)
     root = sub.graph["outputs"][0]
-    epi, ext = _part(sub, _members(sub) - {e}, root)
+    epi, ext = _part(sub, set(computed_members(sub)) - {e}, root)
     return elementwise_group(epi, _args_for(sub, ext, args, {e: y}), opts, log)
 
 
 def fused_reduction(sub, args, opts, log):
     """Per-block partials of the prologue + reduction, dask's tree combine, the epilogue."""
-    members, root = _members(sub), sub.graph["outputs"][0]
+    members, root = set(computed_members(sub)), sub.graph["outputs"][0]
     (r,) = [m for m in members if ops.OPS[sub.nodes[m]["op"]].kind == ops.REDUCTION]
     rd = sub.nodes[r]
     pre = (nx.ancestors(sub, r) & members) | {r}
@@ -155,7 +157,7 @@ def index_maps(G: nx.MultiDiGraph) -> tuple[dict, tuple]:
     are read at (``fused`` maps), and the loop space. Raises ``Irregular`` where a
     value is read at two maps."""
     root = G.graph["outputs"][0]
-    members = _members(G)
+    members = set(computed_members(G))
     seen, space, red = group_maps(G, members, root)
     maps: dict = {}
     for m in members:
@@ -233,7 +235,7 @@ class GroupBlocks:
         self.G, self.maps, self.space, self.loop = G, maps, space, loop
         self.covered, self.reduced, self.opts = covered, reduced, opts
         self.pattern = "reduction" if any(
-            ops.OPS[G.nodes[m]["op"]].kind == ops.REDUCTION for m in _members(G)) \
+            ops.OPS[G.nodes[m]["op"]].kind == ops.REDUCTION for m in set(computed_members(G))) \
             else "elementwise"
         self._cache: dict = {}
 

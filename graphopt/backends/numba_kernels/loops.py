@@ -3,7 +3,9 @@
 (parallel chunks combined at the end) and ``column`` (blocks of output columns).
 
 ``LoopNest`` is a mixin of ``source._Source``: it reads the generator's loop space
-(``cext``, ``level``, ``loop_dims``...), its code buffers and the reduction ``rule``.
+(``cext``, ``level``, ``loop_dims``...), its code buffers and the reduction ``rule``. The
+loop space's dims are collapsed first where every access walks them contiguously
+(``collapse_dims``, ``collapsed_map``).
 """
 
 from __future__ import annotations
@@ -144,3 +146,37 @@ class LoopNest:
         lines += ["        for jj in range(jn):", f"            i{kl} = j0 + jj",
                   f"            red = {fin.format(a='acc[jj]')}"]
         return lines + self._code("epi", 12) + ["            " + store]
+
+
+def collapse_dims(space, roles, accesses):
+    """Merge adjacent loop dims every access (a map over loop dims) walks contiguously.
+
+    Returns the groups of original dims, one per collapsed dim."""
+    active = [d for d, e in enumerate(space) if e != 1]
+    seqs = [[e for e in m if e is not None] for m in accesses]
+
+    def mergeable(a, b):
+        if roles[a] != roles[b]:
+            return False
+        for s in seqs:
+            ia, ib = (s.index(a) if a in s else None), (s.index(b) if b in s else None)
+            if (ia is None) != (ib is None) or (ia is not None and ib != ia + 1):
+                return False
+        return True
+
+    groups: list[list[int]] = []
+    for d in active:
+        if groups and mergeable(groups[-1][-1], d):
+            groups[-1].append(d)
+        else:
+            groups.append([d])
+    return groups
+
+
+def collapsed_map(m, where) -> tuple:
+    """A map over loop dims as a map over collapsed dims."""
+    out = []
+    for e in m:
+        if e is not None and (not out or out[-1] != where[e]):
+            out.append(where[e])
+    return tuple(out)

@@ -29,10 +29,10 @@ from __future__ import annotations
 import math
 
 from ... import ir, ops
-from ...fused import EXPENSIVE, identity_map, normalization_maps
+from ...fused import EXPENSIVE, computed_members, identity_map, normalization_maps
 from .expressions import _T, UnsupportedKernel
 from .loops import _decompose
-from .source import PARALLEL_MIN, _members, _Source
+from .source import PARALLEL_MIN, _Source
 
 ROW_TASKS = 256   # parallel tasks (blocks of rows), each with its own scratch rows
 
@@ -46,7 +46,7 @@ class RowsSource(_Source):
 
     def _analyze(self):
         sub = self.sub
-        rows = normalization_maps(sub, set(_members(sub)), self.root)
+        rows = normalization_maps(sub, set(computed_members(sub)), self.root)
         if isinstance(rows, str):
             raise UnsupportedKernel(f"not a normalization group: {rows}")
         self.red = None

@@ -51,10 +51,10 @@ import numpy as np
 
 from ... import ir
 from ...einsum_numpy import to_ascii
-from ...fused import classify, group_maps, operand_index_map, reduction_maps
+from ...fused import classify, computed_members, group_maps, operand_index_map, reduction_maps
 from .. import scalar_semantics as ss
 from .expressions import _NB, _T, ScalarPrinter, UnsupportedKernel, _fast_table, _file_digest
-from .loops import BLOCK, COL_BLOCK, MAX_CHUNKS, LoopNest
+from .loops import BLOCK, COL_BLOCK, MAX_CHUNKS, LoopNest, collapse_dims, collapsed_map
 
 CODEGEN_VERSION = "4"
 PARALLEL_MIN = 1 << 16   # loop-space elements below which a kernel runs on one thread
@@ -102,13 +102,9 @@ class GeneratedKernel:
 # ------------------------------------------------------------------------------- analysis
 
 
-def _members(sub):
-    return [n for n in sub if sub.nodes[n]["op"] not in ("input", "const")]
-
-
 def _check_supported(sub, pattern) -> None:
     root = sub.graph["outputs"][0]
-    members = _members(sub)
+    members = computed_members(sub)
     if not members:
         raise UnsupportedKernel("the group computes nothing")
     found, reason = classify(sub, members, root)
@@ -125,40 +121,6 @@ def _check_supported(sub, pattern) -> None:
         reason = ss.refusal(d["op"], [sub.nodes[u]["dtype"] for u in ir.operands(sub, n)])
         if reason:
             raise UnsupportedKernel(f"{reason}; no numba kernel")
-
-
-def _collapse(space, roles, accesses):
-    """Merge adjacent loop dims every access (a map over loop dims) walks contiguously.
-
-    Returns the groups of original dims, one per collapsed dim."""
-    active = [d for d, e in enumerate(space) if e != 1]
-    seqs = [[e for e in m if e is not None] for m in accesses]
-
-    def mergeable(a, b):
-        if roles[a] != roles[b]:
-            return False
-        for s in seqs:
-            ia, ib = (s.index(a) if a in s else None), (s.index(b) if b in s else None)
-            if (ia is None) != (ib is None) or (ia is not None and ib != ia + 1):
-                return False
-        return True
-
-    groups: list[list[int]] = []
-    for d in active:
-        if groups and mergeable(groups[-1][-1], d):
-            groups[-1].append(d)
-        else:
-            groups.append([d])
-    return groups
-
-
-def _cmap(m, where) -> tuple:
-    """A map over loop dims as a map over collapsed dims."""
-    out = []
-    for e in m:
-        if e is not None and (not out or out[-1] != where[e]):
-            out.append(where[e])
-    return tuple(out)
 
 
 def _einsum_call(eq: str, operands: list[str]) -> str:
@@ -196,7 +158,7 @@ class _Source(ScalarPrinter, LoopNest):
     # -- loop space -------------------------------------------------------------------------
     def _analyze(self):
         sub = self.sub
-        maps, space, red = group_maps(sub, set(_members(sub)) | set(self.inputs), self.root)
+        maps, space, red = group_maps(sub, set(computed_members(sub)) | set(self.inputs), self.root)
         self.red, self.space = red, space
         axes = set(sub.nodes[red]["attrs"]["axes"]) if red is not None else set()
         roles = ["r" if d in axes else "k" for d in range(len(space))]
@@ -222,7 +184,7 @@ class _Source(ScalarPrinter, LoopNest):
         kernel argument per (input, collapsed map) in ``reads`` (input -> maps read at)."""
         space = self.space
         accesses = sorted({m for ms in reads.values() for m in ms}, key=repr)
-        groups = _collapse(space, roles, accesses + [self.out_map])
+        groups = collapse_dims(space, roles, accesses + [self.out_map])
         self.where = {d: c for c, g in enumerate(groups) for d in g}
         self.cext = [math.prod(space[d] for d in g) for g in groups]
         self.croles = [roles[g[0]] for g in groups]
@@ -240,7 +202,7 @@ class _Source(ScalarPrinter, LoopNest):
         return self.red is not None
 
     def to_cmap(self, m) -> tuple:
-        return _cmap(m, self.where)
+        return collapsed_map(m, self.where)
 
     def _choose_loops(self):
         nc = len(self.cext)
