@@ -407,3 +407,71 @@ def test_three_operands_mixing_bool_follow_numpy_promotion(backend, dtypes):   #
     got = go.compile(g, backend=backend, cache=False)(**arrays)
     assert got.dtype == want.dtype
     np.testing.assert_array_equal(got, want)
+
+
+def _numpy_test_equations() -> list[str]:
+    """The einsum equations of NumPy's own test suite (``numpy/_core/tests/test_einsum.py``,
+    shipped with NumPy), valid and invalid, as written there; empty where it is not
+    installed."""
+    import pathlib
+
+    path = pathlib.Path(np.__file__).parent / "_core" / "tests" / "test_einsum.py"
+    if not path.exists():
+        return []
+    found = re.findall(r"""["']([A-Za-z.,\s]*->[A-Za-z.\s]*|[A-Za-z.]+(?:,[A-Za-z.]+)+)["']""",
+                       path.read_text())
+    return sorted({e for e in found if any(c.isalpha() for c in e)})
+
+
+NUMPY_EQUATIONS = _numpy_test_equations()
+
+
+def _operand_shapes(eq: str, rng) -> list[tuple[int, ...]]:
+    """Operand shapes for ``eq``: each label 1-3 long (1 broadcasts, as NumPy allows), an
+    ellipsis 0-2 dims of 1-3, each operand taking its trailing share of them."""
+    labels = {c: int(rng.integers(1, 4)) for c in eq if c.isalpha()}
+    ell = [int(d) for d in rng.integers(1, 4, size=int(rng.integers(0, 3)))]
+    shapes = []
+    for term in eq.split("->")[0].replace(" ", "").split(","):
+        head, dots, tail = term.partition("...")
+        extra = ell[len(ell) - int(rng.integers(0, len(ell) + 1)):] if dots else []
+        shapes.append(tuple([labels[c] for c in head] + extra + [labels[c] for c in tail]))
+    return shapes
+
+
+@pytest.mark.skipif(not NUMPY_EQUATIONS, reason="NumPy's tests are not installed")
+@pytest.mark.parametrize("backend, dtype", [("numba", "float64"), ("numba", "int64"),
+                                            ("numba", "complex64"), ("numpy", "float32"),
+                                            ("numpy", "bool")])
+def test_numpys_own_equations_run_as_numpy_runs_them(backend, dtype):
+    """Every equation of NumPy's einsum tests (ellipses, traces, scalars, spaces, size-1
+    broadcasting; invalid ones too) through ``go.contract``: what NumPy rejects is a
+    GraphError; the rest has NumPy's shape and dtype, integers and bools exactly its values,
+    floats within rounding of the float64 (complex128) result."""
+    rng = np.random.default_rng(sum(map(ord, backend + dtype)))
+    checked = refused = 0
+    for eq in NUMPY_EQUATIONS:
+        shapes = _operand_shapes(eq, rng)
+        arrays = [(rng.normal(size=s) * 2).astype(dtype) if dtype != "bool"
+                  else rng.normal(size=s) > 0 for s in shapes]
+        if dtype.startswith("complex"):
+            arrays = [a + 1j * rng.normal(size=a.shape).astype(dtype) for a in arrays]
+        try:
+            want = np.einsum(eq, *arrays)
+        except ValueError:
+            with pytest.raises(go.GraphError):
+                go.contract(eq, *arrays, backend=backend)
+            refused += 1
+            continue
+        got = go.contract(eq, *arrays, backend=backend)
+        assert np.shape(got) == np.shape(want) and got.dtype == np.asarray(want).dtype, eq
+        if dtype in ("int64", "bool"):
+            np.testing.assert_array_equal(got, want, err_msg=eq)
+        else:
+            wide = np.einsum(eq, *[a.astype(np.complex128 if a.dtype.kind == "c"
+                                            else np.float64) for a in arrays])
+            scale = np.einsum(eq, *[np.abs(a).astype(np.float64) for a in arrays])
+            tol = 8 * len(arrays) * np.finfo(dtype).eps * (np.asarray(scale) + 1)
+            assert np.all(np.abs(got - wide) <= tol), eq
+        checked += 1
+    assert checked > 100 and refused >= 3     # (ij->jij, i->ij, j->..j, ...)
