@@ -42,6 +42,7 @@ from .einsum_memory import np_einsum_bytes, np_einsum_fills_no_buffer
 from .einsum_numpy import evaluate, plain_einsum, to_ascii
 from .gemm import (
     BLAS_DTYPES,
+    GEMM_VIEW_BYTES,
     GemmPlan,
     c_strides,
     copies_bytes,
@@ -249,8 +250,9 @@ def _planned_step(equation: str, in_shapes: tuple, in_strides: tuple, blas: bool
     """``_plan_step`` of one step for operands of element ``in_strides``, with the bytes it
     allocates beside its operands and result (a GEMM's for its operands,
     ``operand_scratch``; np.einsum's own, ``np_einsum_bytes``; 0 for a step of more than
-    two operands, whose result ``evaluate`` makes), the result's element strides, and on the
-    host a GEMM's ``operand_copies`` where they are at least ``ARENA_COPY_BYTES`` (their
+    two operands, whose result ``evaluate`` makes; on the host a GEMM's views too,
+    ``GEMM_VIEW_BYTES``), the result's element strides, and on the host a GEMM's
+    ``operand_copies`` where they are at least ``ARENA_COPY_BYTES`` (their
     bytes not counted in the first: the program places them), else None. Memoized: the
     steps of a large network repeat (an MPS's bulk, a circuit's layers)."""
     equation, shape, plan, size = _plan_step(equation, in_shapes, blas, device)
@@ -269,6 +271,7 @@ def _planned_step(equation: str, in_shapes: tuple, in_strides: tuple, blas: bool
         held, res_strides = operand_scratch(plan, layouts, itemsize, blas)
         return equation, shape, plan, held, res_strides, None
     copies, held, res_strides = operand_copies(plan, layouts, itemsize, blas)
+    held += GEMM_VIEW_BYTES           # (objects: a host call's memory, tracemalloc's count)
     copied = copies_bytes(copies, itemsize)
     if copied < ARENA_COPY_BYTES:     # NumPy's copies, in memory malloc reuses
         return equation, shape, plan, held + copied, res_strides, None

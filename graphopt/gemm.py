@@ -225,14 +225,23 @@ def transpose_copy_bytes(p: GemmPlan, shapes, itemsize: int) -> int:
     return copy + (2 * B * M * N * itemsize if p.out_perm is not None else 0)
 
 
+# The views ``run_gemm`` holds at once on the host while its product runs (its operands
+# transposed and reshaped into matrices, the product's reshape and permutation): 880-1312
+# bytes a step by tracemalloc over 195 random pair steps of 2-5 labels (CPython 3.11, NumPy
+# 2.4). A program's per-step allowance (``contraction_plan.OBJECT_BYTES_PER_STEP``) covers
+# them on long programs; on a short one the step at the peak held more than its share (a
+# 6-step sliced network measured 1.15x its prediction, 2 % over its 22 kB limit).
+GEMM_VIEW_BYTES = 1312
+
+
 def gemm_workspace_bytes(p: GemmPlan, shapes, itemsize: int, blas: bool = True) -> int:
     """Bytes ``run_gemm`` allocates at once beside ``out`` for C-contiguous operands of
-    ``shapes``: ``operand_scratch`` (``blas`` as there), and the unpermuted result where it
-    is permuted into ``out``."""
+    ``shapes`` on the host: ``operand_scratch`` (``blas`` as there), the unpermuted result
+    where it is permuted into ``out``, and its views (``GEMM_VIEW_BYTES``)."""
     B, M, _, N = p.bmkn
     held, _ = operand_scratch(p, [(tuple(s), c_strides(s)) for s in shapes], itemsize,
                               blas)
-    return held + (B * M * N * itemsize if p.out_perm is not None else 0)
+    return held + (B * M * N * itemsize if p.out_perm is not None else 0) + GEMM_VIEW_BYTES
 
 
 def c_strides(shape) -> tuple[int, ...]:
