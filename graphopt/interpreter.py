@@ -78,15 +78,16 @@ def node_peak_bytes(G: nx.MultiDiGraph, n: int) -> int:
     if d["op"] == ops.FUSED:
         return run_graph_peak_bytes(d["attrs"]["graph"])
     us = ir.operands(G, n)
-    return activations.impl_peak_bytes(d["op"], d["shape"], G.nodes[us[0]]["dtype"] if us
-                               else d["dtype"], d["dtype"])
+    return activations.impl_peak_bytes(d["op"], d["shape"],
+                                       G.nodes[us[0]]["dtype"] if us else d["dtype"],
+                                       d["dtype"])
 
 
 def run_graph_peak_bytes(G: nx.MultiDiGraph) -> int:
     """The most bytes of computed values ``run_graph`` holds at once on ``G``: each value
     from its evaluation to its last use (outputs to the end), and while an op runs the
-    arrays its NumPy form holds (``activations.impl_peak_bytes``); inputs and constants not counted,
-    a value NumPy returns as a view counted as new (an upper bound)."""
+    arrays its NumPy form holds (``activations.impl_peak_bytes``); inputs and constants not
+    counted, a value NumPy returns as a view counted as new (an upper bound)."""
     remaining = _uses(G)
     live = peak = 0
     for n in execution_order(G):

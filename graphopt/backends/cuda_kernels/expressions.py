@@ -181,8 +181,8 @@ def _int_reciprocal(a: str, t: str) -> str:
 
 
 def _cube(a: str, t: str) -> str:
-    """``a**3`` as double: in an integer's own type (it wraps, as activations.gelu: multiplied as
-    unsigned, where wrapping is defined), else in double."""
+    """``a**3`` as double: in an integer's own type (it wraps, as activations.gelu:
+    multiplied as unsigned, where wrapping is defined), else in double."""
     if np.dtype(t).kind == "b":
         return f"(double){a}"
     if np.dtype(t).kind in "iu":

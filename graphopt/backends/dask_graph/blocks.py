@@ -235,7 +235,7 @@ class GroupBlocks:
         self.G, self.maps, self.space, self.loop = G, maps, space, loop
         self.covered, self.reduced, self.opts = covered, reduced, opts
         self.pattern = "reduction" if any(
-            ops.OPS[G.nodes[m]["op"]].kind == ops.REDUCTION for m in set(computed_members(G))) \
+            ops.OPS[G.nodes[m]["op"]].kind == ops.REDUCTION for m in computed_members(G)) \
             else "elementwise"
         self._cache: dict = {}
 

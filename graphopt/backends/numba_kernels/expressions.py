@@ -234,15 +234,16 @@ class ScalarPrinter:
         return f"cdiv_c{np.dtype(ct).itemsize * 8}({x}, {y})"
 
     def logistic(self, w, x, out, key) -> str:
-        """``x * sigmoid(w)`` of float64 values, as ``activations._logistic``, cast to ``out``."""
+        """``x * sigmoid(w)`` of float64 values, as ``activations._logistic``, cast to
+        ``out``."""
         e = self.var(key, f"np.exp(-abs({w}))")
         one = self.const(1.0, ss.LOGISTIC_DTYPE)
         return self.cast(f"({x} * (({one} if {w} >= 0 else {e}) / ({one} + {e})))",
                          ss.LOGISTIC_DTYPE, out)
 
     def gelu(self, x, src, out, key) -> str:
-        """GELU as ``activations.gelu``: ``x * sigmoid(w)``, ``w = 2 sqrt(2/pi) (x + k x**3)`` in
-        float64 with ``x**3`` in float64 (in an integer's own type: it wraps);
+        """GELU as ``activations.gelu``: ``x * sigmoid(w)``, ``w = 2 sqrt(2/pi) (x + k x**3)``
+        in float64 with ``x**3`` in float64 (in an integer's own type: it wraps);
         numba_math's double-double form for float64 and when fast."""
         if np.dtype(out).kind == "c":
             h, one = self.const(0.5, out), self.const(1.0, out)

@@ -158,7 +158,8 @@ class _Source(ScalarPrinter, LoopNest):
     # -- loop space -------------------------------------------------------------------------
     def _analyze(self):
         sub = self.sub
-        maps, space, red = group_maps(sub, set(computed_members(sub)) | set(self.inputs), self.root)
+        maps, space, red = group_maps(sub, set(computed_members(sub)) | set(self.inputs),
+                                      self.root)
         self.red, self.space = red, space
         axes = set(sub.nodes[red]["attrs"]["axes"]) if red is not None else set()
         roles = ["r" if d in axes else "k" for d in range(len(space))]
