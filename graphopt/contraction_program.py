@@ -64,10 +64,18 @@ class PathContraction:
         # finds the program compile planned without converting its operands' strides
         key = program_key(shapes, [tuple([s * dtype.itemsize for s in t]) for t in strides],
                           dtype.str)
+        full_shapes = None if full_shapes is None else tuple(map(tuple, full_shapes))
+        if full_shapes is not None and full_shapes != shapes:
+            # a ragged slice's program, laid out in the full slice's arena: apart from the
+            # program of the same shapes as a full slice of its own (a slicing search asks
+            # this object for both: planned as the one, it was the other's prediction too)
+            key = (key, full_shapes)
+        else:
+            full_shapes = None
         prog = self._programs.get(key)
         if prog is None:
             full = None
-            if full_shapes is not None and tuple(map(tuple, full_shapes)) != shapes:
+            if full_shapes is not None:
                 full = self.program(full_shapes, dtype, strides)
             squeezed = squeeze_ones(self.terms, self.output, shapes, strides)
             if squeezed is None:

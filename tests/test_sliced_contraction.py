@@ -164,3 +164,26 @@ def test_slices_of_a_summed_label_hold_one_slice_result_at_once(slices, blocks):
         tracemalloc.stop()
     np.testing.assert_allclose(out, arrays[0] @ arrays[1] @ arrays[2], rtol=1e-12)
     assert peak <= 1.05 * predicted
+
+
+def test_a_slicing_is_predicted_alike_whatever_slicings_were_predicted_before():
+    """A slicing search asks one shared ``PathContraction`` for many slicings: the shapes
+    of one slicing's ragged slice (laid out in its full slice's arena) are another's full
+    slice (an arena of its own). Each is kept apart, so a prediction is the one a fresh
+    contraction (the kernel's) makes: planned the other way first, a 6-step network's was
+    19.3 kB against its kernel's 17.6 kB."""
+    from graphopt.contraction_program import PathContraction
+    from graphopt.sliced_contraction import contraction_workspace_bytes
+
+    eq = "abcd,be,ecf->adf"
+    shapes = [(4, 6, 5, 3), (6, 7), (7, 5, 4)]
+    path = [(0, 1), (0, 1)]
+    shared = PathContraction(eq, path)
+
+    def predicted(blocks, contraction):
+        return contraction_workspace_bytes(eq, shapes, path, ["c"], blocks, np.float64,
+                                           contraction=contraction)
+    # blocks of 3 over c = 5: full slices of 3, a ragged one of 2; then blocks of 2: full
+    # slices of 2 (the shapes of the ragged slice before), a ragged one of 1
+    for blocks in ([3], [2], [3], [1]):
+        assert predicted(blocks, shared) == predicted(blocks, PathContraction(eq, path))
