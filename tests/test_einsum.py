@@ -475,3 +475,20 @@ def test_numpys_own_equations_run_as_numpy_runs_them(backend, dtype):
             assert np.all(np.abs(got - wide) <= tol), eq
         checked += 1
     assert checked > 100 and refused >= 3     # (ij->jij, i->ij, j->..j, ...)
+
+
+def test_a_steps_first_use_renaming_is_the_general_one():
+    """``first_use_equation`` of one to three terms renames in one pass over the equation:
+    the same equation as the general renaming (by ``str.translate``), on labels past the
+    ASCII letters and ``get_symbol``'s non-letters too."""
+    first_use_equation = E.first_use_equation
+    rng = np.random.default_rng(11)
+    for _ in range(500):
+        pool = [get_symbol(int(i)) for i in rng.choice(300, size=int(rng.integers(1, 40)),
+                                                      replace=False)]
+        terms = ["".join(rng.choice(pool, size=int(rng.integers(0, 7))))
+                 for _ in range(int(rng.integers(1, 4)))]
+        output = "".join(rng.choice(pool, size=int(rng.integers(0, min(4, len(pool)))),
+                                    replace=False))
+        general = first_use_equation(terms, output, symbol=lambda i: E.label(i))
+        assert first_use_equation(terms, output) == general, (terms, output)
