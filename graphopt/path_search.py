@@ -113,12 +113,18 @@ class _Search:
         self.best = self.first = None
         self.greedy = "greedy"         # the start's name
         self.counted = SearchSteps(terms, self.budget, self.elapsed)
-        self.cotengra = searchers.cotengra_available()
         # (path, subtree size, "best", "start" or "random": which step) of each one run
         self.reconfigured: list = []
         self.trial_paths: dict = {}    # path -> its Steps, of every trial's path kept
         self.rust_trials = self.hyper_trials = 0
         self._oe_trials = None         # opt_einsum's RandomGreedyTrials, made on first use
+
+    @property
+    def cotengra(self) -> bool:
+        """Whether cotengra is installed: asked where a step would use it (a search that
+        stops at the greedy start, most of those of networks that run in milliseconds,
+        does not look for it: 0.15 ms in a process's first search)."""
+        return searchers.cotengra_available()
 
     def budget(self) -> float:     # follows the best path so far: asked each time
         return self.time_budget if self.time_budget is not None else \

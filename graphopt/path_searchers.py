@@ -36,14 +36,18 @@ def numbered_labels(terms, output) -> dict:
     return names
 
 
-@functools.cache
+try:
+    # imported with graphopt, as cotengra (and so quimb) import it: about 1 ms, which a
+    # process's first path search paid otherwise (of the 10-15 ms a 150-200 tensor
+    # network's first compile takes)
+    import cotengrust as _cotengrust
+except ImportError:
+    _cotengrust = None
+
+
 def cotengrust():
     """The cotengrust module, or None where it is not installed."""
-    try:
-        import cotengrust as module
-    except ImportError:
-        return None
-    return module
+    return _cotengrust
 
 
 @functools.cache

@@ -104,17 +104,31 @@ def _play_pairs_of_two(current: list, output: str, path: list) -> tuple[tuple, t
     terms, or by one and the output; no term repeats one), as in most tensor networks. That
     stays so after each step, so a step's result keeps the labels of one of its two terms
     only, in order of appearance, with no count kept (2-3x faster: a search plays every
-    path it keeps)."""
+    path it keeps). The terms are built by ``+=`` in plain loops: a comprehension's call
+    per step made this twice as slow (0.40 against 0.24 ms on a 200-tensor MPS product)."""
     steps, step_labels = [], []
     last = len(path) - 1
     for k, inds in enumerate(path):
-        i, j, a, b = _take_pair(current, path, k, inds)
-        only_b = "".join([c for c in b if c not in a])
+        i, j = inds
+        if i > j:
+            i, j = j, i
+        if not (0 <= i and j < len(current) and i != j):
+            _bad_step(path, k, (i, j), len(current))
+        b = current.pop(j)
+        a = current.pop(i)
+        only_b = ""
+        for c in b:
+            if c not in a:
+                only_b += c
         if k == last:
             _check_all_taken(current, path)
             result = output
         else:
-            result = "".join([c for c in a if c not in b]) + only_b
+            result = ""
+            for c in a:
+                if c not in b:
+                    result += c
+            result += only_b
         current.append(result)
         steps.append(((i, j), (a, b), result))
         step_labels.append(a + only_b)
@@ -190,18 +204,23 @@ def _counted(terms: tuple, output: str, path: tuple, sizes: tuple) -> tuple[int,
     contraction pass and the FLOP count of its node count the same path of a network."""
     sizes = dict(sizes)
     size = sizes.__getitem__
+    prod = math.prod
     steps, step_labels = _play_path_memo(terms, output, path)
     flops, largest, write = 0, 0, 0
     last = len(steps) - 1
     for k, ((_, picked, result), labels) in enumerate(zip(steps, step_labels)):
-        elements = math.prod(map(size, result))
+        elements = prod(map(size, result))
         write += elements
-        if k < last and elements > largest:
+        if elements > largest and k < last:
             largest = elements
-        # (a result keeps some of its step's labels, each once: all of them where its
-        # length is theirs)
-        inner = len(labels) > len(result) or not set(result).issuperset(labels)
-        flops += step_flops(labels, inner, len(picked), sizes)
+        n = len(picked)
+        # ``step_flops``' rule, inlined (its call was a third of this loop's time; a test
+        # holds the two equal). A result keeps some of its step's labels, each once: all of
+        # them where its length is theirs.
+        if len(labels) > len(result) or not set(result).issuperset(labels):
+            flops += prod(map(size, labels)) * (n if n > 2 else 2)
+        else:
+            flops += prod(map(size, labels)) * (n - 1 if n > 2 else 1)
     return flops, largest, write
 
 

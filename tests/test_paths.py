@@ -126,6 +126,31 @@ def test_step_results_hold_the_labels_opt_einsum_keeps(seed):
         assert canon(picked) == canon(ins.split(",")) and set(result) == set(out)
 
 
+@pytest.mark.parametrize("seed", range(40))
+def test_counted_flops_are_step_flops_summed(seed):
+    """``_counted`` (every path's count) applies ``step_flops``' rule inlined: the two agree
+    step by step on random paths with steps of one, two and three operands, traces, a
+    label summed in a step of its own, sizes 1-4."""
+    r = np.random.default_rng(seed)
+    letters = "abcdefg"
+    terms = ["".join(r.choice(list(letters), r.integers(0, 5))) for _ in range(r.integers(1, 7))]
+    seen = "".join(dict.fromkeys("".join(terms)))
+    output = "".join(c for c in seen if r.random() < 0.3)
+    path, left = [], len(terms)
+    while left > 1:
+        k = min(left, int(r.choice([2, 2, 3])))
+        path.append(tuple(int(i) for i in r.choice(left, k, replace=False)))
+        left -= k - 1
+    path = path or [(0,)]
+    sizes = {c: int(r.integers(1, 5)) for c in seen}
+    steps = paths.play_path(terms, output, path)
+    expected = sum(paths.step_flops(set(labels), bool(set(labels) - set(result)),
+                                    len(picked), sizes)
+                   for (_, picked, result), labels in
+                   zip(steps, (dict.fromkeys("".join(p)) for _, p, _ in steps)))
+    assert paths.play(terms, output, sizes, path).flops == expected
+
+
 def _random_pair_path(rng, n: int) -> list:
     path = []
     while n > 1:
