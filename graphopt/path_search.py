@@ -132,7 +132,7 @@ class _Search:
 
     def hyper(self) -> bool:
         """Whether the hyper-optimizer runs by the clock after the counted steps."""
-        return self.cotengra and self.budget() >= HYPER_MIN_SECONDS
+        return self.budget() >= HYPER_MIN_SECONDS and self.cotengra
 
     def elapsed(self) -> float:
         return time.perf_counter() - self.t0
@@ -185,9 +185,10 @@ class _Search:
     def reconfigure(self) -> None:
         """Steps 3 and 6: cotengra's reconfiguration of the best path at each subtree size
         the budget pays for, smallest first."""
-        for size, rate in sorted(RECONF_SECONDS_PER_TENSOR.items()) if self.cotengra else ():
+        for size, rate in sorted(RECONF_SECONDS_PER_TENSOR.items()):
             seconds = rate * self.counted.n
-            if self.was_reconfigured(self.best, size) or not self.counted.pays_for(seconds):
+            if not self.counted.pays_for(seconds) or not self.cotengra or \
+                    self.was_reconfigured(self.best, size):
                 continue
             self.counted.count(seconds)
             self._reconfigure(self.best, size)
@@ -208,9 +209,9 @@ class _Search:
         ``RECONF_STARTS`` of the cheapest other paths the trials found, where the budget
         pays: it ranks paths differently from their own costs, so another start may end
         cheaper than the best one."""
-        if not self.cotengra:
-            return
         seconds = RECONF_SECONDS_PER_TENSOR[STARTS_SUBTREE] * self.counted.n
+        if not self.counted.pays_for(seconds) or not self.cotengra:
+            return
         starts = sorted(self.trial_paths.values(), key=lambda s: s.combo)
         done = [p for p, _, _ in self.reconfigured]
         for s in [s for s in starts if s.path not in done][:RECONF_STARTS]:
@@ -224,8 +225,8 @@ class _Search:
         subtrees picked at random (round k seeded k), while one improves it, at most
         ``RANDOM_ROUNDS``, where the budget pays."""
         seconds = RANDOM_RECONF_SECONDS_PER_TENSOR * self.counted.n
-        for seed in range(RANDOM_ROUNDS if self.cotengra else 0):
-            if not self.counted.pays_for(seconds):
+        for seed in range(RANDOM_ROUNDS):
+            if not self.counted.pays_for(seconds) or not self.cotengra:
                 return
             self.counted.count(seconds)
             before = self.best
@@ -296,8 +297,8 @@ class _Search:
         """Step 8: the hyper-optimizer until the budget is spent, where it is worth it;
         else, where the user set the budget or nothing else improves the path, more of
         opt_einsum's trials."""
-        while not self.hyper() and (self.time_budget is not None or not self.cotengra) and \
-                self.elapsed() < self.budget():
+        while not self.hyper() and self.elapsed() < self.budget() and \
+                (self.time_budget is not None or not self.cotengra):
             self.oe_trial()
         if self.hyper() and self.elapsed() < self.budget():
             trials = searchers.HyperTrials(self.terms, self.output, self.sizes)
