@@ -25,9 +25,14 @@ budget pays for, is decided here:
    cotengrust, opt_einsum's);
 5. the reconfiguration of the trials' other cheapest paths (``RECONF_STARTS``): it ranks
    paths differently from their own costs;
-6. the reconfiguration again, of a better path steps 4 and 5 found;
-7. the reconfiguration of the best path at subtrees picked at random, in rounds while one
-   improves it (``RANDOM_ROUNDS``): where the costliest-first walk of steps 3-6 is stuck;
+6. the reconfiguration of the best path at subtrees picked at random, in rounds while one
+   improves it (``RANDOM_ROUNDS``): where the costliest-first walk of steps 3 and 5 is
+   stuck (before step 7, since under the clock a large network's budget may leave room
+   for one of the two: the 80-tensor random-regular network of benchmarks/networks.py at
+   1 s found 2.1e6 combo cost in 5 of 7 searches, where the other order found 3.5e6 in 5
+   of 7; 24 networks of cotengra's generators at 1 s, 0.98x in geometric mean, 1.03x at
+   worst; no default-budget path changed);
+7. the reconfiguration again, of a better path steps 4-6 found;
 8. by the clock: where the budget is at least ``HYPER_MIN_SECONDS``, cotengra's
    hyper-optimizer over its partitioning methods (``path_searchers.HyperTrials``) until
    the budget is spent; under a smaller budget that the user set, or without cotengra,
@@ -183,7 +188,7 @@ class _Search:
                     rust_greedy(costmod)
 
     def reconfigure(self) -> None:
-        """Steps 3 and 6: cotengra's reconfiguration of the best path at each subtree size
+        """Steps 3 and 7: cotengra's reconfiguration of the best path at each subtree size
         the budget pays for, smallest first."""
         for size, rate in sorted(RECONF_SECONDS_PER_TENSOR.items()):
             seconds = rate * self.counted.n
@@ -221,7 +226,7 @@ class _Search:
             self._reconfigure(s, STARTS_SUBTREE, "start")
 
     def reconfigure_at_random(self) -> None:
-        """Step 7: rounds of the reconfiguration of the best path at ``RANDOM_SUBTREES``
+        """Step 6: rounds of the reconfiguration of the best path at ``RANDOM_SUBTREES``
         subtrees picked at random (round k seeded k), while one improves it, at most
         ``RANDOM_ROUNDS``, where the budget pays."""
         seconds = RANDOM_RECONF_SECONDS_PER_TENSOR * self.counted.n
@@ -365,8 +370,8 @@ def search(terms, output, sizes, time_budget: float | None, start: Steps | None 
         run.reconfigure()
         run.random_greedy()
         run.reconfigure_starts()
-        run.reconfigure()
         run.reconfigure_at_random()
+        run.reconfigure()
         run.by_the_clock()
     rec = run.record()
     _log.log(logging.INFO if rec["seconds"] >= SLOW_SECONDS else logging.DEBUG,

@@ -50,13 +50,14 @@ RECONF_SECONDS_PER_TENSOR = {8: 6e-4, 6: 2.5e-4, 4: 1.6e-4}
 # 3.16e7 -> 3.14e7, each start 15-22 ms
 RECONF_STARTS = 8
 STARTS_SUBTREE = 6
-# Step 7: the reconfiguration of the best path at this subtree size with this many of its
+# Step 6: the reconfiguration of the best path at this subtree size with this many of its
 # subtrees picked at random (seeded), in rounds while a round improves it: where the
-# costliest-first reconfiguration is stuck, it walks on. One round, from the paths steps 1-6
-# found in 0.45 s on benchmarks/networks.py's networks: randreg 3.54e6 -> 2.13e6 combo (85
-# ms; cotengra's 1 s hyper-optimizer: median 2.5e6), lattice 3.18e7 -> 2.99e7, PEPS norm
-# 3.89e8 -> 3.86e8, circuit and hyper-index -1 %, tree and MPS-MPO-MPS unchanged; 0.25-3.5
-# ms a tensor (its assumed cost below, per round)
+# costliest-first reconfiguration is stuck, it walks on. One round, from the paths steps
+# 1-5 and the second reconfiguration (now after it) found in 0.45 s on
+# benchmarks/networks.py's networks: randreg 3.54e6 -> 2.13e6 combo (85 ms; cotengra's 1 s
+# hyper-optimizer: median 2.5e6), lattice 3.18e7 -> 2.99e7, PEPS norm 3.89e8 -> 3.86e8,
+# circuit and hyper-index -1 %, tree and MPS-MPO-MPS unchanged; 0.25-3.5 ms a tensor (its
+# assumed cost below, per round)
 RANDOM_SUBTREE = 8
 RANDOM_SUBTREES = 200
 RANDOM_ROUNDS = 4
