@@ -20,7 +20,7 @@ from . import disk_cache
 from .errors import GraphError
 from .paths import Steps, play
 
-CACHE_FORMAT = 5           # part of every key: a change to the search makes new entries
+CACHE_FORMAT = 6           # part of every key: a change to the search makes new entries
 MEMO_ENTRIES = 256
 DISK_ENTRIES = 4096        # path files kept, give or take those written since a prune
 # One write in this many prunes the directory (listing it, and where it holds more than
