@@ -128,9 +128,9 @@ def test_step_results_hold_the_labels_opt_einsum_keeps(seed):
 
 @pytest.mark.parametrize("seed", range(40))
 def test_counted_flops_are_step_flops_summed(seed):
-    """``_counted`` (every path's count) applies ``step_flops``' rule inlined: the two agree
-    step by step on random paths with steps of one, two and three operands, traces, a
-    label summed in a step of its own, sizes 1-4."""
+    """``_counted`` (every path's count) applies ``step_flops``' rule inlined: a path's
+    count is ``step_flops`` summed over its steps, on random paths with steps of one, two
+    and three operands, traces, sizes 1-4."""
     r = np.random.default_rng(seed)
     letters = "abcdefg"
     terms = ["".join(r.choice(list(letters), r.integers(0, 5))) for _ in range(r.integers(1, 7))]
