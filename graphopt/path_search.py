@@ -24,7 +24,8 @@ budget pays for, is decided here:
    whose trials cost at least what playing the batch's best path does (without
    cotengrust, opt_einsum's);
 5. the reconfiguration of the trials' other cheapest paths (``RECONF_STARTS``): it ranks
-   paths differently from their own costs;
+   paths differently from their own costs; where the budget is timed, leaving room for one
+   round of step 6 at the pace the clock has shown (``_timed_round_seconds``);
 6. the reconfiguration of the best path at subtrees picked at random, in rounds while one
    improves it (``RANDOM_ROUNDS``): where the costliest-first walk of steps 3 and 5 is
    stuck (before step 7, since under the clock a large network's budget may leave room
@@ -212,18 +213,35 @@ class _Search:
     def reconfigure_starts(self) -> None:
         """Step 5: the reconfiguration, at subtree size ``STARTS_SUBTREE``, of up to
         ``RECONF_STARTS`` of the cheapest other paths the trials found, where the budget
-        pays: it ranks paths differently from their own costs, so another start may end
-        cheaper than the best one."""
+        pays, leaving room for one round of step 6 where the budget is timed
+        (``_timed_round_seconds``): it ranks paths differently from their own costs, so
+        another start may end cheaper than the best one."""
         seconds = RECONF_SECONDS_PER_TENSOR[STARTS_SUBTREE] * self.counted.n
-        if not self.counted.pays_for(seconds) or not self.cotengra:
+        if not self.counted.pays_for(seconds + self._timed_round_seconds()) or \
+                not self.cotengra:
             return
         starts = sorted(self.trial_paths.values(), key=lambda s: s.combo)
         done = [p for p, _, _ in self.reconfigured]
         for s in [s for s in starts if s.path not in done][:RECONF_STARTS]:
-            if not self.counted.pays_for(seconds):
+            if not self.counted.pays_for(seconds + self._timed_round_seconds()):
                 return
             self.counted.count(seconds)
             self._reconfigure(s, STARTS_SUBTREE, "start")
+
+    def _timed_round_seconds(self) -> float:
+        """Where the budget is timed (from ``HYPER_MIN_SECONDS``; else 0: a counted budget
+        keeps its steps' order of payment), what one round of step 6 will take: its
+        assumed cost at the pace the clock has shown the counted steps to run. On the
+        80-tensor random-regular network of benchmarks/networks.py at 1 s they ran at 2.2x
+        their assumed cost on a slow machine, and the starts left the round too little
+        time in 6 of 16 searches (3.5e6 combo cost, where the round finds 2.1e6; over
+        cotengra's 1.5x in two runs of the benchmark); leaving it room: 2.1e6 in 8 of 8, and
+        on 24 networks of cotengra's generators at 1 s 0.92-0.98x in geometric mean, one
+        130-tensor random-regular network 1.39x."""
+        if self.budget() < HYPER_MIN_SECONDS or self.counted.counted <= 0:
+            return 0.0
+        pace = max(1.0, self.elapsed() / self.counted.counted)
+        return RANDOM_RECONF_SECONDS_PER_TENSOR * self.counted.n * pace
 
     def reconfigure_at_random(self) -> None:
         """Step 6: rounds of the reconfiguration of the best path at ``RANDOM_SUBTREES``

@@ -193,6 +193,47 @@ def test_the_trials_other_cheapest_paths_are_reconfigured_where_the_budget_pays(
     assert ran == [] and "other trial paths" not in small.searcher()
 
 
+def test_under_a_timed_budget_the_starts_leave_one_random_round_room(cache_dir, monkeypatch):
+    """Step 5 leaves room for one round of step 6 at the pace the clock has shown, where the
+    budget is timed (``HYPER_MIN_SECONDS`` and more); a counted budget reserves nothing
+    (its paths stay the machine's-speed-independent ones)."""
+    if path_searchers.cotengrust() is None or not path_searchers.cotengra_available():
+        pytest.skip("cotengrust and cotengra are not installed")
+    _, terms, output, sizes, _ = network(30, 3)
+    n = len(terms)
+    rnd = search_budget.RANDOM_RECONF_SECONDS_PER_TENSOR * n
+    start = search_budget.RECONF_SECONDS_PER_TENSOR[search_budget.STARTS_SUBTREE] * n
+    budget = search_budget.HYPER_MIN_SECONDS * 2
+    run = path_search._Search(terms, output, sizes, budget)
+    run.start()
+    run.first_trials()
+    run.random_greedy()
+    assert run.trial_paths
+    # the counted steps ran at 3x their assumed cost: a round's room is 3x its cost
+    run.counted.counted = 0.1
+    clock = [0.3]
+    monkeypatch.setattr(run, "elapsed", lambda: clock[0])
+    monkeypatch.setattr(run.counted, "_elapsed", run.elapsed)   # (what it times by)
+    assert run._timed_round_seconds() == pytest.approx(3 * rnd)
+    # where the clock leaves a start but not a start and that room, no start runs
+    clock[0] = budget - start - 2 * rnd
+    run.counted.counted = clock[0] / 3
+    ran = []
+    monkeypatch.setattr(path_searchers, "reconfigured", lambda *a, **kw: ran.append(a))
+    run.reconfigure_starts()
+    assert ran == []
+    # ... and with the room, one does
+    clock[0] = budget - start - 3 * rnd * 1.2 - 0.01
+    run.counted.counted = clock[0] / 3
+    run.reconfigure_starts()
+    assert len(ran) >= 1
+    # a counted budget reserves nothing
+    small = path_search._Search(terms, output, sizes, search_budget.HYPER_MIN_SECONDS / 2)
+    small.counted.counted = 0.01
+    monkeypatch.setattr(small, "elapsed", lambda: 1.0)
+    assert small._timed_round_seconds() == 0.0
+
+
 @pytest.mark.parametrize("rust", [True, False])
 def test_a_network_that_runs_in_microseconds_is_not_searched_beyond_greedy(
         rust, cache_dir, monkeypatch):
