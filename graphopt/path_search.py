@@ -235,7 +235,7 @@ class _Search:
         80-tensor random-regular network of benchmarks/networks.py at 1 s they ran at 2.2x
         their assumed cost on a slow machine, and the starts left the round too little
         time in 6 of 16 searches (3.5e6 combo cost, where the round finds 2.1e6; over
-        cotengra's 1.5x in two runs of the benchmark); leaving it room: 2.1e6 in 8 of 8, and
+        cotengra's 1.5x in two runs of the benchmark); leaving it room: 2.1e6 in 12 of 12, and
         on 24 networks of cotengra's generators at 1 s 0.92-0.98x in geometric mean, one
         130-tensor random-regular network 1.39x."""
         if self.budget() < HYPER_MIN_SECONDS or self.counted.counted <= 0:
