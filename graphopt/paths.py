@@ -105,17 +105,11 @@ def _play_pairs_of_two(current: list, output: str, path: list) -> tuple[tuple, t
     stays so after each step, so a step's result keeps the labels of one of its two terms
     only, in order of appearance, with no count kept (2-3x faster: a search plays every
     path it keeps). The terms are built by ``+=`` in plain loops: a comprehension's call
-    per step made this twice as slow (0.40 against 0.24 ms on a 200-tensor MPS product)."""
+    per step made this 1.4x as slow (0.40 against 0.28 ms on a 200-tensor MPS product)."""
     steps, step_labels = [], []
     last = len(path) - 1
     for k, inds in enumerate(path):
-        i, j = inds
-        if i > j:
-            i, j = j, i
-        if not (0 <= i and j < len(current) and i != j):
-            _bad_step(path, k, (i, j), len(current))
-        b = current.pop(j)
-        a = current.pop(i)
+        i, j, a, b = _take_pair(current, path, k, inds)
         only_b = ""
         for c in b:
             if c not in a:
@@ -141,13 +135,10 @@ def _take_pair(current: list, path, k: int, inds) -> tuple[int, int, str, str]:
     i, j = inds
     if i > j:
         i, j = j, i
-    n = len(current)
-    if not (0 <= i and j < n and i != j):
-        _bad_step(path, k, (i, j), n)
-    a, b = current[i], current[j]
-    del current[j]
-    del current[i]
-    return i, j, a, b
+    if not (0 <= i and j < len(current) and i != j):
+        _bad_step(path, k, (i, j), len(current))
+    b = current.pop(j)
+    return i, j, current.pop(i), b
 
 
 def _check_all_taken(current: list, path) -> None:
