@@ -28,11 +28,8 @@ budget pays for, is decided here:
    round of step 6 at the pace the clock has shown (``_timed_round_seconds``);
 6. the reconfiguration of the best path at subtrees picked at random, in rounds while one
    improves it (``RANDOM_ROUNDS``): where the costliest-first walk of steps 3 and 5 is
-   stuck (before step 7, since under the clock a large network's budget may leave room
-   for one of the two: the 80-tensor random-regular network of benchmarks/networks.py at
-   1 s found 2.1e6 combo cost in 5 of 7 searches, where the other order found 3.5e6 in 5
-   of 7; 24 networks of cotengra's generators at 1 s, 0.98x in geometric mean, 1.03x at
-   worst; no default-budget path changed);
+   stuck (before step 7: under the clock a budget may pay for only one of the two, and on
+   the random-regular network of benchmarks/networks.py this one found more);
 7. the reconfiguration again, of a better path steps 4-6 found;
 8. by the clock: where the budget is at least ``HYPER_MIN_SECONDS``, cotengra's
    hyper-optimizer over its partitioning methods (``path_searchers.HyperTrials``) until
