@@ -176,3 +176,25 @@ def test_networks_end_to_end_in_a_fresh_process_and_the_table_s_medians(tmp_path
         "quimb_median": 1.5, "quimb_from_arrays_median": 1.75}
     assert networks._end_to_end(row) == {"search_run": (0.7, 0.3, 1.5),
                                          "from_arrays": (0.9, 0.4, 1.75)}
+
+
+def test_networks_peer_run_in_a_child_process_and_its_limit(tmp_path):
+    """opt_einsum's run along a given path goes to a child process: its result comes back
+    equal to opt_einsum's in this process with its median seconds; past its limit it comes
+    back as ``(None, None)`` (the benchmark then says so, not hang on a peer), and the table
+    shows the limit."""
+    import opt_einsum
+
+    from benchmarks import networks
+
+    rng = np.random.default_rng(3)
+    eq = "ab,bc,cd->ad"
+    arrays = [rng.normal(size=(4, 5)), rng.normal(size=(5, 6)), rng.normal(size=(6, 3))]
+    seconds, got = networks._peer_run(eq, arrays, [(1, 2), (0, 1)], limit=120)
+    assert seconds > 0 and got.shape == (4, 3), (seconds, got)
+    np.testing.assert_allclose(got, opt_einsum.contract(eq, *arrays), rtol=1e-13)
+    assert networks._peer_run(eq, arrays, [(1, 2), (0, 1)], limit=0.01) == (None, None)
+    row = {"opt_einsum_cotengra_path_run_seconds": None,
+           "opt_einsum_cotengra_path_over_seconds": 300.0}
+    assert networks._peer_ms(row) == "over 300 s"
+    assert networks._peer_ms({"opt_einsum_cotengra_path_run_seconds": 0.0025}) == "2.5"
