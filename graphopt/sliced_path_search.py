@@ -13,11 +13,13 @@ at 6.1e9 along a path searched sliced at the default budget, 128 at 3.1e9 given 
    budget, while the counted budget pays (``SLICE_RECONF_SECONDS_PER_TENSOR`` each);
 1b. where every slicing step 1 found fits the memory but costs more than
    ``MAX_FLOP_OVERHEAD`` times the unsliced run (the unsliced path was searched for the
-   milliseconds that run takes, and slices only into billions): graphopt's path search of
-   the unsliced network again, then step 1 from its path; the budget is then what such a
-   slicing may cost and still be taken;
+   milliseconds that run takes, and slices only into billions), or step 1 ran nothing
+   (no cotengra) and no slicing of the path fit: graphopt's path search of the unsliced
+   network again, then step 1 from its path; the budget is then what such a slicing may
+   cost and still be taken;
 2. graphopt's own path search (``path_search``) for the network with the best slicing's
-   labels at their block sizes, then sliced again, in rounds while one improves it;
+   labels at their block sizes (with none cheap enough, the cheapest that fits the
+   memory), then sliced again, in rounds while one improves it;
 3. by the clock, where at least ``HYPER_MIN_SECONDS`` are left (and a slicing was found,
    one too dear was, or ``path_time`` set the budget): cotengra's
    hyper-optimizer with its trials sliced to the first of those targets, and scored
@@ -32,7 +34,7 @@ FLOPs, and a cost per step of each slice, so that many tiny slices do not pass f
 within ``MAX_FLOP_OVERHEAD`` times the unsliced path's. The budget: ``path_time`` where the
 user set it; by default ``SEARCH_FRACTION`` of the estimated run time of the best slicing so
 far, at most ``DEFAULT_MAX_SECONDS``: the rule of the unsliced search (``path_search``),
-with the slices' cost as the stake. Without cotengra only step 2 runs. The path is kept in
+with the slices' cost as the stake. Without cotengra only steps 1b and 2 run. The path is kept in
 the path cache under the network, the memory budget, the dtype and the slices in flight,
 so a second compile or process does not search again.
 """
@@ -141,6 +143,7 @@ class _SlicedSearch:
         # a slicing found fits the memory but costs more than ``most``: a narrower order may
         # slice within it cheaply (step 1b); the seconds step 1b searched for
         self.dear, self.unsliced_again = False, 0.0
+        self.least_dear = None     # the cheapest such slicing: where step 2 starts without one
         self.largest_budget = 0.0     # the largest the budget was, as it followed the search
 
     def seconds_of(self, fit) -> float:
@@ -189,6 +192,9 @@ class _SlicedSearch:
         for fit in fits:
             if self.seconds_of(fit) > self.most:
                 self.dear = True
+                if self.least_dear is None or \
+                        self.seconds_of(fit) < self.seconds_of(self.least_dear):
+                    self.least_dear = fit
             elif self.best is None or self.seconds_of(fit) < self.seconds_of(self.best):
                 self.best = fit
 
@@ -213,14 +219,18 @@ class _SlicedSearch:
 
     def search_unsliced_again(self) -> None:
         """Step 1b, where no slicing step 1 found is cheap enough but some fit the memory
-        (``dear``): graphopt's path search of the unsliced network again, for half of what
+        (``dear``), or step 1 ran nothing (without cotengra) and nothing fit along the
+        path: graphopt's path search of the unsliced network again, for half of what
         the budget leaves, then step 1 from the path it finds. The unsliced search's
         default budget follows the unsliced run, which a tight limit's slices may cost
         hundreds of times; a narrower order slices cheaply (a 16x16 lattice at bond 2 under
         500 kB, 1/6.5 of its peak: refused, where a 4 s search of the unsliced network
-        finds an order that slices 64 ways at 4.6e8 FLOPs)."""
+        finds an order that slices 64 ways at 4.6e8 FLOPs; without cotengra an 8x8 lattice
+        at bond 4 under 1/8 of its peak on the GPU's rate: refused along the default path,
+        sliced 1024 ways after 0.2 s of search)."""
         seconds = (self.seconds() - self.steps.spent()) / 2
-        if self.best is not None or not self.dear or seconds < REPATH_MIN_SECONDS:
+        if self.best is not None or not (self.dear or not self.ran) or \
+                seconds < REPATH_MIN_SECONDS:
             return
         self.steps.count(seconds)
         steps, _ = path_search.find_path(self.terms, self.output, self.sizes,
@@ -236,20 +246,20 @@ class _SlicedSearch:
         rounds while one improves it (``REPATH_ROUNDS``), each searching for half of what
         the counted budget leaves, at most ``REPATH_SECONDS`` (a 6x6 lattice at bond 8 under
         1/16 of its peak: 3.3e9 FLOPs against slice-and-reconfigure's 6.1e9)."""
-        for _ in range(REPATH_ROUNDS if self.best is not None else 0):
+        for _ in range(REPATH_ROUNDS):
+            start = self.best or self.least_dear
             # half of what is left for the search, half for slicing the path it finds
             seconds = min(REPATH_SECONDS, (self.seconds() - self.steps.spent()) / 2)
-            if seconds < REPATH_MIN_SECONDS:
+            if start is None or seconds < REPATH_MIN_SECONDS:
                 return
             self.steps.count(2 * seconds)
-            block = dict(zip(self.best[1].labels, self.best[1].blocks))
+            block = dict(zip(start[1].labels, start[1].blocks))
             sizes = {c: block.get(c, d) for c, d in self.sizes.items()}
-            before = self.best
             steps, _ = path_search.find_path(self.terms, self.output, sizes,
                                              time_budget=seconds, cache=False)
             self.consider(steps.path)
             self.repaths += 1
-            if self.best is before:
+            if (self.best or self.least_dear) is start:
                 return
 
     def by_the_clock(self) -> int:
@@ -275,7 +285,8 @@ class _SlicedSearch:
             if self.ran else []
         if self.unsliced_again:
             names.append(f"graphopt's path search of the unsliced network again "
-                         f"({self.unsliced_again} s), slice-and-reconfigure from its path")
+                         f"({self.unsliced_again} s)" + (", slice-and-reconfigure from its "
+                                                         "path" if self.ran else ""))
         if self.repaths:
             names.append(f"graphopt's path search for the sliced sizes ({self.repaths} "
                          f"round{'s' * (self.repaths > 1)})")

@@ -9,8 +9,6 @@ import numpy as np
 import opt_einsum
 import pytest
 
-pytest.importorskip("cotengra")
-
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent / "passes"))
 from test_slicing import grid_equation, network_graph, network_inputs  # noqa: E402
 
@@ -21,6 +19,11 @@ from graphopt.passes.slicing import SLICE_HEADROOM  # noqa: E402
 from graphopt.slice_search import MAX_FLOP_OVERHEAD, fit_slices  # noqa: E402
 from graphopt.sliced_contraction import least_sliced_workspace_bytes  # noqa: E402
 from graphopt.sliced_path_search import search_sliced_path, sliced_budget  # noqa: E402
+
+# the tests that run cotengra's slice-and-reconfigure or hyper-optimizer; the others run
+# without it, as a user without the networks extra does
+needs_cotengra = pytest.mark.skipif(not path_searchers.cotengra_available(),
+                                    reason="cotengra is not installed")
 
 
 def _network(rows, cols, bond):
@@ -35,6 +38,7 @@ def _unsliced_path(eq, shapes):
     return plan.report["contraction"].details["groups"][0]["path"], plan.predicted_peak_bytes
 
 
+@needs_cotengra
 def test_a_path_searched_sliced_costs_fewer_flops_than_slicing_the_unsliced_one(cache_dir):
     # a 5x6 lattice at bond 8 under 1/16 of its peak: sliced along its unsliced best path it
     # costs 1.2e10 FLOPs (2048 slices); searched with its slicing, about 30x fewer
@@ -54,6 +58,7 @@ def test_a_path_searched_sliced_costs_fewer_flops_than_slicing_the_unsliced_one(
     assert again[3]["cache"] == "hit" and again[0] == p and again[1] == plan
 
 
+@needs_cotengra
 def test_compile_meets_a_limit_no_slicing_of_the_unsliced_path_meets(cache_dir):
     # a 6x6 lattice at bond 4 under 1/10 of its peak: every slicing of its unsliced path
     # needs more; along the path searched sliced it runs within the limit, and right
@@ -95,9 +100,46 @@ def test_no_budget_keeps_the_first_slicing_and_no_cotengra_searches_graphopt_s(c
                                           cache=False)
     assert "cotengra" not in rec["searcher"] and plan.flops <= found[1].flops
     assert ws <= budget
-    # and without a first slicing there is nothing to search from: the refusal stands
-    with pytest.raises(GraphError, match="no path searched"):
-        search_sliced_path(eq, shapes, "float64", budget, path, None, cache=False)
+    # without a first slicing, step 1b searches the unsliced network again (step 1, which
+    # would have found one, needs cotengra) and slices the path it finds
+    p, plan, ws, rec = search_sliced_path(eq, shapes, "float64", budget, path, None,
+                                          cache=False)
+    assert rec["searcher"].startswith("graphopt's path search of the unsliced network again")
+    assert "cotengra" not in rec["searcher"] and ws <= budget and plan.n_slices > 1
+
+
+def test_without_cotengra_step_2_starts_from_the_cheapest_slicing_too_dear_to_take(
+        cache_dir, monkeypatch):
+    """Without cotengra (and cotengrust), at the GPU's rate: a 6x6 lattice at bond 6 under
+    190 kB slices along opt_einsum's greedy path only at over MAX_FLOP_OVERHEAD times its
+    FLOPs, and compile refused it where cotengra sliced it (the GPU suite on a machine
+    without cotengra failed so on an 8x8 lattice). Step 1b's path slices within the memory
+    but too dearly still (15552 slices); step 2 now starts from that slicing, and the
+    path it finds for the sliced sizes is taken (1944 slices)."""
+    monkeypatch.setattr(path_searchers, "cotengra_available", lambda: False)
+    monkeypatch.setattr(path_searchers, "cotengrust", lambda: None)
+    eq, shapes = _network(6, 6, 6)
+    terms = eq.split("->")[0].split(",")
+    sizes = dict.fromkeys("".join(terms), 6)
+    quick, share = path_searchers.greedy(terms, "", sizes).path, 191857
+    with pytest.raises(GraphError, match="slicing further costs"):
+        fit_slices(eq, shapes, quick, "float64", share, repath=False)
+    searched = []
+    real = sliced_path_search.path_search.find_path
+    monkeypatch.setattr(sliced_path_search.path_search, "find_path",
+                        lambda *a, **k: searched.append(a[2]) or real(*a, **k))
+    p, plan, ws, rec = search_sliced_path(eq, shapes, "float64", share, quick, None,
+                                          cache=False, combo_rate=2e12)
+    assert ws <= share and plan.flop_overhead <= MAX_FLOP_OVERHEAD, rec
+    assert rec["searcher"].startswith("graphopt's path search of the unsliced network "
+                                      "again (") and "slice-and-reconfigure" not in \
+        rec["searcher"], rec
+    assert rec["searcher"].endswith("s), then graphopt's path search for the sliced sizes "
+                                    "(1 round)"), rec
+    # step 1b at the full sizes; step 2 at the too-dear slicing's block sizes
+    assert searched[0] == sizes and len(searched) == 2 and searched[1] != sizes
+    assert {d for c, d in searched[1].items() if d != 6} < set(range(1, 6))
+    assert plan.n_slices > 1 and set(plan.labels) <= set(sizes)
 
 
 def test_a_budget_below_the_call_s_own_objects_is_not_searched(cache_dir, monkeypatch):
@@ -115,6 +157,7 @@ def test_a_budget_below_the_call_s_own_objects_is_not_searched(cache_dir, monkey
         search_sliced_path(eq, shapes, "float64", floor - 1, path, None)
 
 
+@needs_cotengra
 def test_slice_and_reconfigure_gives_the_same_path_every_time():
     eq, shapes = _network(5, 5, 6)
     path, _ = _unsliced_path(eq, shapes)
@@ -132,6 +175,7 @@ def test_the_sliced_key_tells_budgets_dtypes_and_workers_apart():
     assert len(keys) == 8
 
 
+@needs_cotengra
 def test_cotengra_s_own_slicing_is_kept_where_it_fits_the_workspace(cache_dir, monkeypatch):
     # graphopt's re-slicing of every searched path refused: what is left is cotengra's own
     # slicing of the path it reconfigured, checked against the same workspace
@@ -155,6 +199,7 @@ def test_cotengra_s_own_slicing_is_kept_where_it_fits_the_workspace(cache_dir, m
     assert (p, set(plan.labels)) in [(q, set(s)) for q, s in candidates]
 
 
+@needs_cotengra
 def test_path_time_bounds_the_unsliced_and_the_sliced_search_together(cache_dir):
     # under memory_limit the unsliced search gets half of path_time, and the search with
     # the slices what it left: each had all of it (a 5x8 lattice at 1/4 of its peak took
@@ -173,6 +218,7 @@ def test_path_time_bounds_the_unsliced_and_the_sliced_search_together(cache_dir)
     assert free.report["contraction"].details["groups"][0]["search"]["budget_seconds"] == 0.2
 
 
+@needs_cotengra
 def test_a_path_that_slices_only_too_dearly_is_searched_again_unsliced(cache_dir,
                                                                         monkeypatch):
     """Where step 1's slicings fit the memory but cost more than MAX_FLOP_OVERHEAD times
