@@ -259,25 +259,30 @@ def first_in_process(name: str, cache: str, library: str = "graphopt",
     return got
 
 
+def _child(args: list, timeout: float | None = None) -> str:
+    """The last line ``python -m benchmarks.networks *args`` prints, run in a child process
+    from the repository's root (``subprocess.TimeoutExpired`` past ``timeout`` seconds)."""
+    import subprocess
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    done = subprocess.run([sys.executable, "-m", "benchmarks.networks", *args], cwd=root,
+                          capture_output=True, text=True, check=True, timeout=timeout)
+    return done.stdout.strip().splitlines()[-1]
+
+
 def _fresh_processes(name: str, processes: int) -> dict:
     """``first_in_process`` in ``processes`` triples of fresh processes: graphopt's first
     and second on a new empty cache (the second on the path and kernels the first left on
     disk), and quimb's. The times, and their medians: graphopt's first and second, from
     the arrays and search and run alone, and quimb's contraction and its network built
     and contracted."""
-    import subprocess
-
     runs: dict = {"graphopt_first": [], "graphopt_second": [],
                   "graphopt_first_search_run": [], "graphopt_second_search_run": [],
                   "quimb": [], "quimb_from_arrays": []}
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
     def fresh(library: str, cache: str) -> dict:
-        done = subprocess.run([sys.executable, "-m", "benchmarks.networks",
-                               "--first-in-process", name, "--cache", cache,
-                               "--library", library, "--network", network],
-                              cwd=root, capture_output=True, text=True, check=True)
-        return json.loads(done.stdout.strip().splitlines()[-1])
+        return json.loads(_child(["--first-in-process", name, "--cache", cache,
+                                  "--library", library, "--network", network]))
 
     with tempfile.TemporaryDirectory() as made:
         network = os.path.join(made, "network.npz")
@@ -334,7 +339,6 @@ def _peer_run(eq: str, arrays, path, limit: float) -> tuple:
 
     import numpy as np
 
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     with tempfile.TemporaryDirectory() as made:
         network, path_file, result = (os.path.join(made, f) for f in
                                       ("network.npz", "path.json", "result.npy"))
@@ -342,13 +346,11 @@ def _peer_run(eq: str, arrays, path, limit: float) -> tuple:
         with open(path_file, "w") as f:
             json.dump([list(map(int, p)) for p in path], f)
         try:
-            done = subprocess.run([sys.executable, "-m", "benchmarks.networks", "--peer-run",
-                                   network, "--path", path_file, "--result", result],
-                                  cwd=root, capture_output=True, text=True, check=True,
-                                  timeout=limit)
+            seconds = float(_child(["--peer-run", network, "--path", path_file,
+                                    "--result", result], timeout=limit))
         except subprocess.TimeoutExpired:
             return None, None
-        return float(done.stdout.strip().splitlines()[-1]), np.load(result)
+        return seconds, np.load(result)
 
 
 def measure(name: str, budget: float, processes: int = 0, peer_limit: float = 60.0) -> dict:

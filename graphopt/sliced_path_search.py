@@ -140,11 +140,16 @@ class _SlicedSearch:
         # rule: the clock too, where the budget is timed); step 2's rounds
         self.steps = SearchSteps(self.terms, self.seconds, self.elapsed)
         self.repaths = 0
-        # a slicing found fits the memory but costs more than ``most``: a narrower order may
-        # slice within it cheaply (step 1b); the seconds step 1b searched for
-        self.dear, self.unsliced_again = False, 0.0
-        self.least_dear = None     # the cheapest such slicing: where step 2 starts without one
+        # the cheapest slicing found that fits the memory but costs more than ``most`` (a
+        # narrower order may slice within it cheaply, step 1b; step 2 starts from it where
+        # no other is found); the seconds step 1b searched for
+        self.least_dear, self.unsliced_again = None, 0.0
         self.largest_budget = 0.0     # the largest the budget was, as it followed the search
+
+    @property
+    def dear(self) -> bool:
+        """Whether a slicing found fits the memory but costs more than ``most``."""
+        return self.least_dear is not None
 
     def seconds_of(self, fit) -> float:
         return sliced_seconds(fit[1].flops, fit[1].n_slices, len(self.terms),
@@ -191,9 +196,7 @@ class _SlicedSearch:
                 fits.append((path, plan, ws))
         for fit in fits:
             if self.seconds_of(fit) > self.most:
-                self.dear = True
-                if self.least_dear is None or \
-                        self.seconds_of(fit) < self.seconds_of(self.least_dear):
+                if not self.dear or self.seconds_of(fit) < self.seconds_of(self.least_dear):
                     self.least_dear = fit
             elif self.best is None or self.seconds_of(fit) < self.seconds_of(self.best):
                 self.best = fit
@@ -229,7 +232,7 @@ class _SlicedSearch:
         at bond 4 under 1/8 of its peak on the GPU's rate: refused along the default path,
         sliced 512 ways after 0.38 s of search)."""
         seconds = (self.seconds() - self.steps.spent()) / 2
-        if self.best is not None or not (self.dear or not self.ran) or \
+        if self.best is not None or (self.ran and not self.dear) or \
                 seconds < REPATH_MIN_SECONDS:
             return
         self.steps.count(seconds)

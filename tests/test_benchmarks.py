@@ -178,7 +178,7 @@ def test_networks_end_to_end_in_a_fresh_process_and_the_table_s_medians(tmp_path
                                          "from_arrays": (0.9, 0.4, 1.75)}
 
 
-def test_networks_peer_run_in_a_child_process_and_its_limit(tmp_path):
+def test_networks_peer_run_in_a_child_process_and_its_limit():
     """opt_einsum's run along a given path goes to a child process: its result comes back
     equal to opt_einsum's in this process with its median seconds; past its limit it comes
     back as ``(None, None)`` (the benchmark then says so, not hang on a peer), and the table
