@@ -41,7 +41,7 @@ def network(n: int, bond: int, seed: int = 1):
     """``(equation, arrays)`` of a random 3-regular tensor network contracted to a scalar."""
     import networkx as nx
 
-    from graphopt.einsum import label
+    from graphopt.ir.einsum import label
 
     G = nx.random_regular_graph(3, n, seed=seed)
     lab = {e: label(i) for i, e in enumerate(sorted(tuple(sorted(e)) for e in G.edges))}

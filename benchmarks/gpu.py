@@ -223,7 +223,7 @@ def device_facts() -> dict:
         e.synchronize()
         ts.append(cupy.cuda.get_elapsed_time(s, e) / 1e3)
     del a, b
-    from graphopt.backends.cupy_gpu import cutensor_available
+    from graphopt.backends.cupy.backend import cutensor_available
 
     return {"device": name, "sm_count": props["multiProcessorCount"],
             "memory_gib": props["totalGlobalMem"] / 2**30,

@@ -203,11 +203,11 @@ def plan_ab(names) -> None:
     import cupy
     import opt_einsum
 
-    from graphopt import contraction_program as cp
-    from graphopt import path_search
-    from graphopt.backends.cuda_kernels.contractions import cublas_matmul
-    from graphopt.einsum import split
-    from graphopt.paths import label_sizes
+    from graphopt.backends.cupy.kernels.contractions import cublas_matmul
+    from graphopt.contract.paths import label_sizes
+    from graphopt.contract.program import run as cp
+    from graphopt.contract.search import anytime as path_search
+    from graphopt.ir.einsum import split
 
     class HostPlanned(cp.PathContraction):
         def program(self, shapes, dtype, strides=None, full_shapes=None):

@@ -63,7 +63,7 @@ def _case(name: str, quick: bool):
     """``(graph builder, loss(ops, **arrays), inputs, wrt names, rtol)``."""
     import graphopt as go
     from graphopt import workloads as W
-    from graphopt.tensor import Tensor
+    from graphopt.frontend.tensor import Tensor
 
     if name == "mlp":
         w = W.mlp(*((32, 64, 128) if quick else (256, 512, 2048)))

@@ -20,8 +20,8 @@ import time
 import numba
 import numpy as np
 
-from graphopt import ops
-from graphopt.backends import numba_math
+from graphopt.backends.numba import numerics as numba_math
+from graphopt.ir import ops
 
 _OPS = ("exp", "log", "tanh", "sigmoid", "gelu", "sin", "cos", "pow", "sqrt")
 

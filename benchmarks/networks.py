@@ -184,7 +184,7 @@ def symbol_equation(inputs, output) -> str:
 def _cotengra_path(eq, sizes, budget):
     import cotengra as ctg
 
-    from graphopt.path_searchers import COTENGRA_MINIMIZE
+    from graphopt.contract.search.searchers import COTENGRA_MINIMIZE
 
     terms, out = _terms(eq)
     with warnings.catch_warnings():
@@ -201,7 +201,7 @@ def _graphopt_end_to_end(name: str, eq: str, arrays) -> tuple:
     builds from the equation and arrays (``jit.contract_graph``), compiled at default
     settings (cache=True) and called once."""
     import graphopt as go
-    from graphopt.jit import contract_graph
+    from graphopt.frontend.jit import contract_graph
 
     t0 = time.perf_counter()
     g = contract_graph(eq, arrays, name)
@@ -359,8 +359,11 @@ def measure(name: str, budget: float, processes: int = 0, peer_limit: float = 60
     import numpy as np
     import opt_einsum
 
-    from graphopt import compiler, path_cache, path_search, path_searchers
-    from graphopt.paths import label_sizes, play
+    from graphopt.compiler import driver as compiler
+    from graphopt.contract.paths import label_sizes, play
+    from graphopt.contract.search import anytime as path_search
+    from graphopt.contract.search import cache as path_cache
+    from graphopt.contract.search import searchers as path_searchers
 
     eq, arrays, tn = INSTANCES[name][1]()
     terms, out = _terms(eq)

@@ -19,7 +19,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
 import graphopt as go  # noqa: E402
-from graphopt.profiler import Profile  # noqa: E402
+from graphopt.observe.profiler import Profile  # noqa: E402
 
 SECTIONS = [
     ("Building graphs", ["Graph", "Tensor"]),

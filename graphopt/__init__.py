@@ -4,18 +4,15 @@ See DESIGN §2 for the public API; everything public is exported here."""
 
 import logging as _logging
 
-from .autodiff import grad, value_and_grad, vjp
-from .compiler import compile
-from .eager import disable_jit
+from .compiler.driver import compile
 from .errors import DTypeError, EinsumError, GraphError, InputError, ShapeError
-from .graph import Graph
-from .jit import contract, jit
-from .numpy_api import clip, std, var
-from .plan import Plan
-from .progress import show_progress
-from .report import OptimizationReport
-from .serialize import load, save
-from .tensor import (
+from .frontend.autodiff import grad, value_and_grad, vjp
+from .frontend.eager import disable_jit
+from .frontend.graph import Graph
+from .frontend.jit import contract, jit
+from .frontend.numpy_api import clip, std, var
+from .frontend.serialize import load, save
+from .frontend.tensor import (
     Tensor,
     abs,
     add,
@@ -60,7 +57,10 @@ from .tensor import (
     transpose,
     where,
 )
-from .threads import thread_budget
+from .observe.progress import show_progress
+from .observe.report import OptimizationReport
+from .runtime.plan import Plan
+from .runtime.threads import thread_budget
 
 __version__ = "0.1.0"
 

@@ -22,8 +22,9 @@ from pathlib import Path
 
 import numpy as np
 
-from . import GraphError, __version__, compile, disk_cache, load, workloads
-from .equivalence import random_inputs
+from . import GraphError, __version__, compile, load, workloads
+from .ir.equivalence import random_inputs
+from .support import disk_cache
 
 # The demo's workloads (``graphopt.workloads``, the graphs the tests and benchmarks use) at
 # sizes that compile and run in about a second: an MLP layer, attention, and an MPS ring of

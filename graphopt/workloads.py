@@ -15,8 +15,8 @@ from typing import Callable
 
 import numpy as np
 
-from . import tensor as gb
-from .graph import Graph
+from .frontend import tensor as gb
+from .frontend.graph import Graph
 
 
 @dataclass

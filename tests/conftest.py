@@ -59,7 +59,7 @@ def rng() -> np.random.Generator:
 @pytest.fixture
 def cache_dir(tmp_path, monkeypatch):
     """A fresh, private path cache for one test (nothing kept in this process either)."""
-    from graphopt import path_cache
+    from graphopt.contract.search import cache as path_cache
 
     d = tmp_path / "cache"
     d.mkdir(mode=0o700)
@@ -70,7 +70,9 @@ def cache_dir(tmp_path, monkeypatch):
 
 
 def _forget_planned_steps():
-    from graphopt import compiler, contraction_plan, contraction_program
+    from graphopt.compiler import driver as compiler
+    from graphopt.contract.program import build as contraction_plan
+    from graphopt.contract.program import run as contraction_program
 
     contraction_plan._planned_step.cache_clear()
     contraction_program.path_contraction.cache_clear()
@@ -85,7 +87,7 @@ def small_pair_work(value: int | None):
     """Pairs planned with ``gemm.SMALL_PAIR_WORK`` ``value`` (0: every pair step or pairwise
     node that maps onto a GEMM that sums something is one, however small; None: graphopt's
     own), nothing planned before kept."""
-    from graphopt import gemm
+    from graphopt.contract.program import gemm
 
     if not _SMALL_PAIR_WORK:
         _SMALL_PAIR_WORK.append(gemm.SMALL_PAIR_WORK)

@@ -14,7 +14,7 @@ import networkx as nx
 PKG = pathlib.Path(__file__).resolve().parent.parent / "graphopt"
 LINE_BUDGET = 500
 # the entry points that choose a backend by name; every other core module is backend-free
-BACKEND_USERS = {"graphopt.compiler", "graphopt.cli", "graphopt"}
+BACKEND_USERS = {"graphopt.compiler.driver", "graphopt.cli", "graphopt"}
 
 
 def _modules() -> dict[str, pathlib.Path]:
@@ -102,14 +102,14 @@ def _self_fields(tree) -> dict[str, set[str]]:
 
 def test_nothing_outside_plan_py_reads_a_plans_private_fields():
     trees = {name: ast.parse(path.read_text()) for name, path in _modules().items()}
-    fields = _self_fields(trees["graphopt.plan"])["Plan"]
+    fields = _self_fields(trees["graphopt.runtime.plan"])["Plan"]
     assert {"_program", "_input_slots", "_output_allocs", "_init_vals"} <= fields
     # a name another class sets on itself (a pool's ``_lock``) is that class's own
     others = set().union(*(f for name, tree in trees.items()
                            for cls, f in _self_fields(tree).items()
-                           if (name, cls) != ("graphopt.plan", "Plan")))
+                           if (name, cls) != ("graphopt.runtime.plan", "Plan")))
     only_plans = fields - others
-    readers = {name: attrs for name, tree in trees.items() if name != "graphopt.plan"
+    readers = {name: attrs for name, tree in trees.items() if name != "graphopt.runtime.plan"
                if (attrs := {n.attr for n in ast.walk(tree)
                              if isinstance(n, ast.Attribute) and n.attr in only_plans})}
     assert not readers, readers
@@ -117,6 +117,6 @@ def test_nothing_outside_plan_py_reads_a_plans_private_fields():
 
 def test_the_import_scan_sees_lazy_and_relative_imports():
     G = _import_graph()
-    assert G.has_edge("graphopt.backends.numba_kernels.expressions",
-                      "graphopt.backends.numba_math")        # inside a function
-    assert G.has_edge("graphopt.backends.cupy_gpu", "graphopt.backends.cuda_codegen")
+    assert G.has_edge("graphopt.backends.numba.kernels.expressions",
+                      "graphopt.backends.numba.numerics")        # inside a function
+    assert G.has_edge("graphopt.backends.cupy.backend", "graphopt.backends.cupy.codegen")

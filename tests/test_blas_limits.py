@@ -7,7 +7,7 @@ import sys
 import numpy as np
 
 import graphopt as go
-from graphopt import blas_limits, threads
+from graphopt.runtime import blas_limits, threads
 
 
 def test_blas_is_listed_once_whatever_is_imported_later(monkeypatch):

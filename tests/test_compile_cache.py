@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 import graphopt as go
-from graphopt import compile_cache
-from graphopt.plan import Plan
+from graphopt.compiler import cache as compile_cache
+from graphopt.runtime.plan import Plan
 
 
 def _graph(n: int, k: int):

@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import graphopt as go
-from graphopt import compiler
+from graphopt.compiler import driver as compiler
 from graphopt.passes.manager import PIPELINES
 from graphopt.testing import assert_plan_matches_interpreter, graphs, inputs_for
 
@@ -343,7 +343,7 @@ def test_contract_matches_numpy_einsum(eq, shapes, rng):
 def test_contract_caches_and_converts(rng):
     a = rng.standard_normal((3, 3))
     go.contract("ij,jk->ik", a, a, backend="numpy")
-    from graphopt.jit import _contract_plans
+    from graphopt.frontend.jit import _contract_plans
     n = len(_contract_plans)
     go.contract("ij,jk->ik", a + 1, a, backend="numpy")
     assert len(_contract_plans) == n
@@ -353,8 +353,8 @@ def test_contract_caches_and_converts(rng):
 
 
 def test_contract_keeps_its_plans_as_long_as_the_compile_cache_does(rng):
-    from graphopt import compiler
-    from graphopt.jit import _contract_plans
+    from graphopt.compiler import driver as compiler
+    from graphopt.frontend.jit import _contract_plans
     a = rng.standard_normal((3, 5))
     go.contract("ij,kj->ik", a, a, backend="numpy")
     key = next(k for k in _contract_plans.keys() if k[0] == "ij,kj->ik")

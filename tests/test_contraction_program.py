@@ -9,17 +9,17 @@ import opt_einsum
 import pytest
 from opt_einsum.testing import rand_equation
 
-from graphopt.contraction_plan import ARENA_COPY_BYTES, UNSHARED_ARENA_BYTES, plan_program
-from graphopt.contraction_program import PathContraction
-from graphopt.einsum import split
-from graphopt.einsum_memory import np_einsum_bytes
-from graphopt.gemm import (
+from graphopt.analysis.liveness import ALIGN
+from graphopt.contract.program.build import ARENA_COPY_BYTES, UNSHARED_ARENA_BYTES, plan_program
+from graphopt.contract.program.einsum_bytes import np_einsum_bytes
+from graphopt.contract.program.gemm import (
     GEMM_VIEW_BYTES,
     SMALL_PAIR_WORK,
     _reduced_strides,
     reshaped_strides,
 )
-from graphopt.liveness import ALIGN
+from graphopt.contract.program.run import PathContraction
+from graphopt.ir.einsum import split
 
 
 def _arrays(shapes, dtype, seed):
@@ -398,7 +398,7 @@ def test_another_array_module_runs_the_steps_the_arena_and_the_slices(small_step
     # behind a counting stand-in; tests/backends/test_cupy_networks.py runs cupy itself)
     from types import SimpleNamespace
 
-    from graphopt.sliced_contraction import sliced_contract
+    from graphopt.contract.slicing.run import sliced_contract
 
     calls = {"empty": 0, "einsum": 0, "asarray": 0}
 

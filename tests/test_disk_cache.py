@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import graphopt as go
-from graphopt import disk_cache
+from graphopt.support import disk_cache
 
 pytest.importorskip("numba")
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import graphopt as go
-from graphopt import display
+from graphopt.observe import display
 
 needs_dot = pytest.mark.skipif(shutil.which("dot") is None,
                                reason="Graphviz's dot program is not installed")

@@ -59,7 +59,7 @@ def test_eager_results_never_alias_arguments(rng):
 
 
 def test_environment_variable_and_its_validation(rng, monkeypatch):
-    from graphopt import eager
+    from graphopt.frontend import eager
 
     f = go.jit(lambda x: go.tanh(x) * 2)
     x = rng.random(5)

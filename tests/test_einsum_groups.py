@@ -4,8 +4,8 @@ import opt_einsum
 import pytest
 
 import graphopt as go
-from graphopt.einsum_groups import _substituted, contraction_only, find_groups, merge
-from graphopt.paths import play
+from graphopt.contract.groups import _substituted, contraction_only, find_groups, merge
+from graphopt.contract.paths import play
 
 
 def test_not_merged_outputs_shared_mixed_dtype():
@@ -42,7 +42,7 @@ def test_merge_and_play_agree_with_opt_einsum():
 def test_merging_one_einsum_is_the_general_substitution(eq, shapes):
     # ``merge`` takes a lone einsum's own equation (tensor networks: hundreds of operands);
     # it must be what substituting the group's equations gives, up to the labels' names
-    from graphopt.einsum import first_use_equation
+    from graphopt.ir.einsum import first_use_equation
     g = go.Graph("one")
     g.output(go.einsum(eq, *[g.input(f"x{i}", s) for i, s in enumerate(shapes)]))
     G = g.to_ir()

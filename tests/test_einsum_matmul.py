@@ -10,7 +10,7 @@ import tracemalloc
 import numpy as np
 import pytest
 
-from graphopt.einsum_matmul import einsum_matmul, host_matmul, operand_to_copy
+from graphopt.contract.program.matmul import einsum_matmul, host_matmul, operand_to_copy
 
 DTYPES = ["int64", "int32", "int8", "uint16", "bool", "float16"]
 

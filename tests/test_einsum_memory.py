@@ -11,7 +11,7 @@ def test_np_einsum_allocates_within_np_einsum_bytes():
     import random
     import tracemalloc
 
-    from graphopt.einsum_memory import (
+    from graphopt.contract.program.einsum_bytes import (
         NP_EINSUM_ITER_BYTES,
         NP_EINSUM_ITER_BYTES_PER_DIM,
         np_einsum_bytes,

@@ -8,7 +8,7 @@ import pytest
 from opt_einsum.parser import get_symbol
 
 import graphopt as go
-from graphopt.einsum_numpy import evaluate, plain_einsum, promote_operands, to_ascii
+from graphopt.ir.einsum_numpy import evaluate, plain_einsum, promote_operands, to_ascii
 
 
 def test_plain_einsum_is_numpy_einsum():

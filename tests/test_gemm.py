@@ -8,14 +8,14 @@ import tracemalloc
 import numpy as np
 import pytest
 
-from graphopt.einsum import parse
-from graphopt.gemm import (
+from graphopt.contract.program.gemm import (
     gemm_plan,
     gemm_workspace_bytes,
     pair_labels,
     reshaped_strides,
     run_gemm,
 )
+from graphopt.ir.einsum import parse
 
 
 @pytest.mark.parametrize("eq, shapes", [

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 import graphopt as go
-from graphopt.interpreter import interpret
-from graphopt.tensor import tracing
+from graphopt.frontend.tensor import tracing
+from graphopt.ir.interpreter import interpret
 
 FILE = __file__
 

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 import graphopt as go
 from graphopt import ir
-from graphopt.interpreter import eval_node, interpret, run_graph
+from graphopt.ir.interpreter import eval_node, interpret, run_graph
 from graphopt.testing import graphs, inputs_for
 
 

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 import graphopt as go
 from graphopt import ir
-from graphopt.serialize import graph_to_json
+from graphopt.frontend.serialize import graph_to_json
 from graphopt.testing import graphs
 
 

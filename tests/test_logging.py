@@ -7,7 +7,8 @@ import logging
 import numpy as np
 
 import graphopt as go
-from graphopt import compiler, path_search
+from graphopt.compiler import driver as compiler
+from graphopt.contract.search import anytime as path_search
 
 
 def _graph():
@@ -23,7 +24,7 @@ def test_passes_log_their_decisions_at_debug(caplog):
     passes = [r.getMessage() for r in caplog.records if r.name == "graphopt.passes.manager"]
     assert any(m.startswith("pass fusion: 7 -> 3 nodes, changed") and "normalization" in m
                for m in passes), passes
-    done = [r for r in caplog.records if r.name == "graphopt.compiler"]
+    done = [r for r in caplog.records if r.name == "graphopt.compiler.driver"]
     assert len(done) == 1 and done[0].levelno == logging.DEBUG
     assert "compiled 'logged' for backend" in done[0].getMessage()
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import graphopt as go
-from graphopt import numpy_api
+from graphopt.frontend import numpy_api
 
 HERE = re.escape(__file__.rsplit("/", 1)[-1])
 

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 import graphopt as go
-from graphopt import ops
-from graphopt.interpreter import interpret
+from graphopt.ir import ops
+from graphopt.ir.interpreter import interpret
 
 HERE = re.escape(__file__.rsplit("/", 1)[-1])
 REAL = ("float32", "float64")

@@ -14,7 +14,9 @@ import warnings
 import pytest
 from opt_einsum.testing import rand_equation
 
-from graphopt import disk_cache, path_cache, path_search
+from graphopt.contract.search import anytime as path_search
+from graphopt.contract.search import cache as path_cache
+from graphopt.support import disk_cache
 
 
 def network(n, seed):
@@ -102,7 +104,7 @@ def test_a_second_process_finds_the_path_in_the_cache(cache_dir):
 
 def _in_a_second_process(terms, output, sizes, cache_dir):
     """``find_path``'s (cache, path) in a new process at the default budget."""
-    code = ("import json, sys; from graphopt import path_search as p; "
+    code = ("import json, sys; from graphopt.contract.search import anytime as p; "
             "a = json.loads(sys.argv[1]); s, r = p.find_path(a[0], a[1], a[2]); "
             "print(json.dumps([r['cache'], [list(x) for x in s.path]]))")
     out = subprocess.run([sys.executable, "-c", code, json.dumps([terms, output, sizes])],
@@ -144,7 +146,7 @@ def test_a_corrupt_or_wrong_entry_is_dropped_and_searched_again(garbage, cache_d
 
 def test_the_report_says_whether_the_path_came_from_the_cache(cache_dir):
     import graphopt as go
-    from graphopt import compiler
+    from graphopt.compiler import driver as compiler
 
     pytest.importorskip("cotengrust")
     terms, output, sizes = network(20, 5)

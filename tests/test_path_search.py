@@ -15,9 +15,11 @@ import pytest
 from opt_einsum.testing import rand_equation
 
 import graphopt as go
-from graphopt import path_search, path_searchers, search_budget
+from graphopt.contract.paths import play
+from graphopt.contract.search import anytime as path_search
+from graphopt.contract.search import budget as search_budget
+from graphopt.contract.search import searchers as path_searchers
 from graphopt.errors import GraphError
-from graphopt.paths import play
 
 
 def network(n, seed, reg=3):
@@ -298,7 +300,7 @@ def test_a_search_that_runs_none_of_cotengra_s_steps_does_not_import_it(tmp_path
         pytest.skip("cotengra and cotengrust are not both installed")
     code = (
         "import sys, numpy as np, graphopt as go\n"
-        "from graphopt import path_searchers\n"
+        "from graphopt.contract.search import searchers as path_searchers\n"
         "n = 40\n"
         "sym = __import__('opt_einsum').get_symbol\n"
         "eq = ','.join(sym(i) + sym(i + 1) for i in range(n)) + '->' + sym(0) + sym(n)\n"

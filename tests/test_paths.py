@@ -9,7 +9,7 @@ import opt_einsum
 import pytest
 from opt_einsum.testing import rand_equation
 
-from graphopt import paths
+from graphopt.contract import paths
 from graphopt.errors import GraphError
 
 

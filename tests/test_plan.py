@@ -6,8 +6,8 @@ import pytest
 
 import graphopt as go
 from graphopt import workloads
-from graphopt.backends.cuda_kernels.graphs import CudaGraphPlan
-from graphopt.plan import Plan
+from graphopt.backends.cupy.kernels.graphs import CudaGraphPlan
+from graphopt.runtime.plan import Plan
 
 
 def graph():

@@ -4,7 +4,7 @@ import os
 
 import numpy as np
 
-from graphopt.pool import TensorPool
+from graphopt.runtime.pool import TensorPool
 
 
 class HostBackend:
@@ -48,7 +48,7 @@ def test_environment_sets_the_bounds(monkeypatch):
 
 
 def test_host_memory_is_the_machine_or_its_control_group(tmp_path):
-    from graphopt import pool
+    from graphopt.runtime import pool
     have = pool.host_memory_bytes()
     assert have is not None and 0 < have <= os.sysconf("SC_PHYS_PAGES") * os.sysconf(
         "SC_PAGE_SIZE")

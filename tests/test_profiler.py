@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 import graphopt as go
-from graphopt import profiler
-from graphopt.profiler import Bottleneck, Profile, StepEvent, profile_plan
+from graphopt.observe import profiler
+from graphopt.observe.profiler import Bottleneck, Profile, StepEvent, profile_plan
 
 
 def mlp_graph():

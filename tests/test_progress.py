@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 import graphopt as go
-from graphopt import progress
 from graphopt.errors import GraphError
+from graphopt.observe import progress
 
 
 @pytest.fixture
@@ -48,7 +48,7 @@ def test_a_fast_compile_prints_nothing(capsys):
 
 
 def test_a_sliced_run_counts_its_slices(shown, capsys, monkeypatch):
-    from graphopt import sliced_contraction as sc
+    from graphopt.contract.slicing import run as sc
 
     real = sc._run_slices
 

@@ -98,8 +98,8 @@ def test_text_report_never_cuts_names_or_shapes():
 
 
 def test_an_unknown_pass_shows_every_detail():
+    from graphopt.observe.report_text import pass_decisions
     from graphopt.passes.manager import PassRecord
-    from graphopt.report_text import pass_decisions
     rec = PassRecord(name="my_pass", details={"kept": [1, 2, 3], "why": "x" * 200})
     assert pass_decisions(None, rec) == ["kept: [1, 2, 3]", "why: " + "x" * 200]
 
@@ -108,7 +108,7 @@ def test_a_network_compile_counts_each_graph_s_flops_once(monkeypatch):
     """The contraction pass's before/after FLOPs and the report's are the same graphs'
     counts (``PassContext.counted_flops``): each graph is counted once, and the figures
     agree with a count of their own."""
-    from graphopt import cost
+    from graphopt.analysis import cost
 
     g = go.Graph("chain")
     xs = [g.input(f"x{i}", (16, 16)) for i in range(4)] + [g.input("v", (16,))]

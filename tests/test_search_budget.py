@@ -6,7 +6,9 @@ from __future__ import annotations
 import pytest
 from opt_einsum.testing import rand_equation
 
-from graphopt import path_search, path_searchers, search_budget
+from graphopt.contract.search import anytime as path_search
+from graphopt.contract.search import budget as search_budget
+from graphopt.contract.search import searchers as path_searchers
 
 
 def network(n, seed, reg=3):

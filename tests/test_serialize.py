@@ -11,8 +11,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import graphopt as go
-from graphopt import ir, serialize
-from graphopt.interpreter import run_graph
+from graphopt import ir
+from graphopt.frontend import serialize
+from graphopt.ir.interpreter import run_graph
 from graphopt.testing import graphs
 from graphopt.testing.semantics import random_inputs
 
@@ -281,7 +282,7 @@ def test_write_atomic_takes_another_temporary_name_where_its_own_is_taken(tmp_pa
     import stat
     import threading
 
-    from graphopt import serialize
+    from graphopt.frontend import serialize
 
     monkeypatch.setattr(serialize, "_temp_names", itertools.repeat(7))
     path = tmp_path / "entry.json"

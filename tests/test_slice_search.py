@@ -10,15 +10,10 @@ import pytest
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent / "passes"))
 from test_slicing import grid_equation  # noqa: E402
 
+from graphopt.contract.paths import default_path, label_sizes, play_path  # noqa: E402
+from graphopt.contract.slicing.labels import MAX_FLOP_OVERHEAD, find_slices, fit_slices, slice_cost  # noqa: E402
+from graphopt.contract.slicing.run import contraction_workspace_bytes  # noqa: E402
 from graphopt.errors import GraphError  # noqa: E402
-from graphopt.paths import default_path, label_sizes, play_path  # noqa: E402
-from graphopt.slice_search import (  # noqa: E402
-    MAX_FLOP_OVERHEAD,
-    find_slices,
-    fit_slices,
-    slice_cost,
-)
-from graphopt.sliced_contraction import contraction_workspace_bytes  # noqa: E402
 
 # ------------------------------------------------------------------------------ finder
 

@@ -11,14 +11,14 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent / "passes"))
 from hypothesis import given  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from graphopt.einsum import label  # noqa: E402
-from graphopt.paths import default_path, label_sizes  # noqa: E402
-from graphopt.sliced_contraction import (  # noqa: E402
+from graphopt.contract.paths import default_path, label_sizes  # noqa: E402
+from graphopt.contract.slicing.run import (  # noqa: E402
     parallel_workspace_bytes,
     slice_workers,
     sliced_contract,
     splits_result,
 )
+from graphopt.ir.einsum import label  # noqa: E402
 
 # Every test runs twice: every GEMM-shaped pair step a GEMM (the arrays are small), then
 # graphopt's default (small pair steps on np.einsum).
@@ -145,7 +145,7 @@ def test_slices_of_a_summed_label_hold_one_slice_result_at_once(slices, blocks):
     # call measured 1.43-1.75x contraction_workspace_bytes
     import tracemalloc
 
-    from graphopt.sliced_contraction import contraction_workspace_bytes
+    from graphopt.contract.slicing.run import contraction_workspace_bytes
 
     eq, path = "ax,xy,yc->ac", [(0, 1), (0, 1)]
     rng = np.random.default_rng(0)
@@ -172,8 +172,8 @@ def test_a_slicing_is_predicted_alike_whatever_slicings_were_predicted_before():
     slice (an arena of its own). Each is kept apart, so a prediction is the one a fresh
     contraction (the kernel's) makes: planned the other way first, a 6-step network's was
     19.3 kB against its kernel's 17.6 kB."""
-    from graphopt.contraction_program import PathContraction
-    from graphopt.sliced_contraction import contraction_workspace_bytes
+    from graphopt.contract.program.run import PathContraction
+    from graphopt.contract.slicing.run import contraction_workspace_bytes
 
     eq = "abcd,be,ecf->adf"
     shapes = [(4, 6, 5, 3), (6, 7), (7, 5, 4)]

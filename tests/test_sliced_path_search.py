@@ -13,12 +13,13 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent / "passes"))
 from test_slicing import grid_equation, network_graph, network_inputs  # noqa: E402
 
 import graphopt as go  # noqa: E402
-from graphopt import path_searchers, sliced_path_search  # noqa: E402
+from graphopt.contract.search import searchers as path_searchers
+from graphopt.contract.slicing import path_search as sliced_path_search  # noqa: E402
+from graphopt.contract.slicing.labels import MAX_FLOP_OVERHEAD, fit_slices  # noqa: E402
+from graphopt.contract.slicing.path_search import search_sliced_path, sliced_budget  # noqa: E402
+from graphopt.contract.slicing.run import least_sliced_workspace_bytes  # noqa: E402
 from graphopt.errors import GraphError  # noqa: E402
 from graphopt.passes.slicing import SLICE_HEADROOM  # noqa: E402
-from graphopt.slice_search import MAX_FLOP_OVERHEAD, fit_slices  # noqa: E402
-from graphopt.sliced_contraction import least_sliced_workspace_bytes  # noqa: E402
-from graphopt.sliced_path_search import search_sliced_path, sliced_budget  # noqa: E402
 
 # the tests that run cotengra's slice-and-reconfigure or hyper-optimizer; the others run
 # without it, as a user without the networks extra does
@@ -226,7 +227,7 @@ def test_a_path_that_slices_only_too_dearly_is_searched_again_unsliced(cache_dir
     1b searches the unsliced network again and slices the path it finds; with the budget
     of what such a slicing would have cost at most. Here cotengra's slice-and-reconfigure
     is made to slice every label, and the given path to slice no other way."""
-    from graphopt.paths import left_to_right
+    from graphopt.contract.paths import left_to_right
     eq, shapes = _network(5, 6, 8)
     _, peak = _unsliced_path(eq, shapes)
     path = left_to_right(len(shapes))      # as written: not what the search finds

@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 import graphopt as go
-from graphopt import compile_cache, compiler
+from graphopt.compiler import cache as compile_cache
+from graphopt.compiler import driver as compiler
 
 
 def small_graph(n: int, k: int) -> go.Graph:

@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 import graphopt as go
-from graphopt import blas_limits, threads, workloads
+from graphopt import workloads
+from graphopt.runtime import blas_limits, threads
 
 
 def attention(seed=None):

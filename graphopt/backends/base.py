@@ -13,9 +13,9 @@ from types import MappingProxyType
 import networkx as nx
 import numpy as np
 
+from ..contract.search.budget import COMBO_RATE
 from ..errors import GraphError
-from ..kernel import Kernel
-from ..search_budget import COMBO_RATE
+from ..runtime.kernel import Kernel
 
 
 class Backend:
@@ -60,7 +60,7 @@ class Backend:
     @property
     def pool(self):
         if self._pool is None:
-            from ..pool import TensorPool
+            from ..runtime.pool import TensorPool
 
             self._pool = TensorPool(self)
         return self._pool
@@ -69,7 +69,7 @@ class Backend:
         """The memory one plan's call may use here (None: not known to the client, as on a
         cluster's workers): with no ``memory_limit``, a plan whose predicted peak exceeds
         it is refused at compile. Host memory (``pool.host_memory_bytes``)."""
-        from ..pool import host_memory_bytes
+        from ..runtime.pool import host_memory_bytes
 
         return host_memory_bytes()
 
@@ -144,7 +144,7 @@ class Backend:
 
     def build_plan(self, G: nx.MultiDiGraph, source_graph: nx.MultiDiGraph, ctx, report):
         """Lower an optimized IR to a Plan (generic lowering; a backend may replace it)."""
-        from ..lowering import lower
+        from ..compiler.lowering import lower
 
         return lower(G, source_graph, self, ctx, report)
 

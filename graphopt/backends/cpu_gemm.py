@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import threads
-from ..einsum_matmul import BLAS_CHARS, einsum_product, matmul_operands
+from ..contract.program.matmul import BLAS_CHARS, einsum_product, matmul_operands
+from ..runtime import threads
 
 # OpenBLAS runs a real GEMM of at most this many M*N*K multiply-adds on one thread whatever
 # its thread count (SMP_THRESHOLD_MIN * GEMM_MULTITHREAD_THRESHOLD); it threads complex ones

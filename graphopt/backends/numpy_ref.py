@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import ops
-from ..fused import runs_along_path
-from ..interpreter import eval_node, node_peak_bytes
-from ..kernel import Kernel
+from ..analysis.fused import runs_along_path
+from ..ir import ops
+from ..ir.interpreter import eval_node, node_peak_bytes
+from ..runtime.kernel import Kernel
 from .base import Backend, register_backend
 from .path_kernel import host_path_kernel
 

@@ -20,12 +20,13 @@ from typing import Callable
 
 import numpy as np
 
-from .. import ir, threads
-from ..contraction_program import PathContraction
-from ..gemm import BLAS_DTYPES
-from ..kernel import Kernel
-from ..paths import default_path
-from ..sliced_contraction import contraction_workspace_bytes, sliced_contract
+from .. import ir
+from ..contract.paths import default_path
+from ..contract.program.gemm import BLAS_DTYPES
+from ..contract.program.run import PathContraction
+from ..contract.slicing.run import contraction_workspace_bytes, sliced_contract
+from ..runtime import threads
+from ..runtime.kernel import Kernel
 from .cpu_gemm import threaded_matmul
 
 

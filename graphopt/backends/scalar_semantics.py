@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .. import activations
+from ..ir import activations
 
 # Ops that are NumPy ufuncs: their loop dtypes are NumPy's own type resolution.
 UFUNCS = {"neg": np.negative, "abs": np.absolute, "exp": np.exp, "log": np.log,

@@ -22,11 +22,14 @@ import networkx as nx
 import numpy as np
 from opt_einsum import paths as oe_paths
 
-from .. import cost, ir, path_search, search_budget
-from .. import einsum as einsum_mod
-from ..einsum_groups import Merged, find_groups, merge
+from .. import ir
+from ..analysis import cost
+from ..contract.groups import Merged, find_groups, merge
+from ..contract.paths import Steps, combo_cost, label_sizes, left_to_right, left_to_right_cost, play
+from ..contract.search import anytime as path_search
+from ..contract.search import budget as search_budget
 from ..errors import GraphError
-from ..paths import Steps, combo_cost, label_sizes, left_to_right, left_to_right_cost, play
+from ..ir import einsum as einsum_mod
 from .manager import PassResult, register_pass
 
 # optimize="auto": exhaustive search up to AUTO_OPTIMAL_MAX operands, dynamic programming

@@ -27,9 +27,12 @@ import hashlib
 import networkx as nx
 import numpy as np
 
-from .. import einsum as einsum_mod
-from .. import ir, ops
-from ..ir import _attr_token  # the structural hash's own attribute encoding: CSE agrees with it
+from .. import ir
+from ..ir import einsum as einsum_mod
+from ..ir import ops
+from ..ir.core import (
+    _attr_token,  # the structural hash's own attribute encoding: CSE agrees with it
+)
 from .manager import PassResult, register_pass
 
 IGNORED_ATTRS = frozenset({"path", "slices"}) | ir.SOURCE_ATTRS

@@ -25,9 +25,10 @@ import heapq
 import networkx as nx
 import numpy as np
 
-from .. import ir, ops
+from .. import ir
+from ..analysis.fused import build_subgraph, check_recompute, classify, fusion_kind, is_scalar_const
 from ..errors import GraphError
-from ..fused import build_subgraph, check_recompute, classify, fusion_kind, is_scalar_const
+from ..ir import ops
 from .manager import PassResult, register_pass
 
 # ---------------------------------------------------------------------------------- growing

@@ -10,7 +10,7 @@ import os
 
 import networkx as nx
 
-from ..equivalence import check_same_semantics
+from ..ir.equivalence import check_same_semantics
 
 
 class PassInstrument:
@@ -36,7 +36,7 @@ class DumpIR(PassInstrument):
         self.directory = directory
 
     def after_pass(self, index, name, before, after, ctx) -> None:
-        from ..serialize import graph_to_json
+        from ..frontend.serialize import graph_to_json
 
         os.makedirs(self.directory, exist_ok=True)
         with open(os.path.join(self.directory, f"{index:02d}_{name}.json"), "w") as f:

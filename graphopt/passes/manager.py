@@ -18,10 +18,11 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import networkx as nx
 
-from .. import ir, progress
-from ..env import env_flag
+from .. import ir
+from ..contract.search.budget import COMBO_RATE
 from ..errors import GraphError
-from ..search_budget import COMBO_RATE
+from ..observe import progress
+from ..support.env import env_flag
 from .instruments import CheckSemantics, DumpIR, PassInstrument
 
 

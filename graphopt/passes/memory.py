@@ -15,9 +15,8 @@ import math
 import networkx as nx
 import numpy as np
 
-from .. import ir, ops
-from ..errors import GraphError
-from ..liveness import (
+from .. import ir
+from ..analysis.liveness import (
     ALIGN,
     MemoryPlan,
     align,
@@ -26,6 +25,8 @@ from ..liveness import (
     execution_order,
     liveness_intervals,
 )
+from ..errors import GraphError
+from ..ir import ops
 from .manager import PassResult, register_pass
 
 

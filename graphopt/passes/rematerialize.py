@@ -27,8 +27,9 @@ from dataclasses import dataclass, field
 import networkx as nx
 import numpy as np
 
-from .. import cost, ir
-from ..liveness import align, assign_arena_offsets, execution_order, liveness_intervals
+from .. import ir
+from ..analysis import cost
+from ..analysis.liveness import align, assign_arena_offsets, execution_order, liveness_intervals
 from .manager import PassResult, register_pass
 from .memory import find_inplace
 

@@ -15,7 +15,7 @@ import heapq
 import networkx as nx
 
 from .. import ir
-from ..liveness import liveness_intervals, peak_live_bytes
+from ..analysis.liveness import liveness_intervals, peak_live_bytes
 from .manager import PassResult, register_pass
 
 

@@ -46,10 +46,11 @@ from collections import Counter
 import networkx as nx
 import numpy as np
 
-from .. import einsum as einsum_mod
-from .. import ir, ops
+from .. import ir
 from ..errors import GraphError
-from ..interpreter import eval_node
+from ..ir import einsum as einsum_mod
+from ..ir import ops
+from ..ir.interpreter import eval_node
 from .dce import live_nodes
 from .manager import PassResult, register_pass
 

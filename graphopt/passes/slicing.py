@@ -44,15 +44,16 @@ import math
 import networkx as nx
 import numpy as np
 
-from .. import ir, threads
-from ..einsum import split as split_equation
+from .. import ir
+from ..contract.paths import default_path, label_sizes, play
+from ..contract.search.budget import COMBO_RATE
+from ..contract.search.searchers import reordered_for_peak
+from ..contract.slicing.labels import fit_slices
+from ..contract.slicing.path_search import search_sliced_path
+from ..contract.slicing.run import contraction_workspace_bytes, slice_workers, splits_result
 from ..errors import GraphError
-from ..path_searchers import reordered_for_peak
-from ..paths import default_path, label_sizes, play
-from ..search_budget import COMBO_RATE
-from ..slice_search import fit_slices
-from ..sliced_contraction import contraction_workspace_bytes, slice_workers, splits_result
-from ..sliced_path_search import search_sliced_path
+from ..ir.einsum import split as split_equation
+from ..runtime import threads
 from .manager import PassResult, register_pass
 
 

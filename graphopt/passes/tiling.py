@@ -30,9 +30,9 @@ import math
 import networkx as nx
 import numpy as np
 
-from .. import einsum as einsum_mod
 from .. import ir
-from ..fused import build_subgraph, group_maps, identity_map, normalization_maps
+from ..analysis.fused import build_subgraph, group_maps, identity_map, normalization_maps
+from ..ir import einsum as einsum_mod
 from .manager import PassResult, register_pass
 
 TILE_MIN_BYTES = 8 << 20   # intermediates a region must hold to be worth tiling

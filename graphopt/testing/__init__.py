@@ -16,11 +16,11 @@ from .gradcheck import assert_grad_correct, gradient_graph
 from .oracle import check_against_oracle, oracle
 from .plans import assert_plan_matches_interpreter, output_leaves, plan_tolerance
 from .semantics import (
-    assert_pass_preserves_semantics,
-    check_pass_once,
-    check_same_semantics,
-    graph_text,
-    tolerance,
+           assert_pass_preserves_semantics,
+           check_pass_once,
+           check_same_semantics,
+           graph_text,
+           tolerance,
 )
 from .strategies import einsum_equations, graphs, inputs_for
 

@@ -8,7 +8,7 @@ import math
 import numpy as np
 from hypothesis import strategies as st
 
-from .. import tensor as gb
+from ..frontend import tensor as gb
 
 ASCII_LABELS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
 LIMIT = 100.0  # largest magnitude an op may produce before its operands are squashed

@@ -17,10 +17,10 @@ from typing import Callable
 import numpy as np
 from hypothesis import strategies as st
 
-from .. import tensor as gb
-from ..equivalence import random_values
-from ..graph import Graph
-from ..tensor import Tensor
+from ..frontend import tensor as gb
+from ..frontend.graph import Graph
+from ..frontend.tensor import Tensor
+from ..ir.equivalence import random_values
 from .einsums import ASCII_LABELS, LIMIT
 from .einsums import chain as _chain
 from .einsums import einsum as _einsum

@@ -19,10 +19,10 @@ import warnings
 import numpy as np
 
 from .. import ir
-from ..autodiff import grad, vjp
-from ..compiler import compile
-from ..graph import Graph
-from ..signature import restructure
+from ..compiler.driver import compile
+from ..frontend.autodiff import grad, vjp
+from ..frontend.graph import Graph
+from ..runtime.signature import restructure
 from .oracle import oracle
 from .plans import assert_plan_matches_interpreter, output_leaves
 from .semantics import graph_text

@@ -24,7 +24,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .. import ir, ops
+from .. import ir
+from ..ir import ops
 
 # Allowed rounding of one op in ulp of its result (generous: NumPy's SIMD float32
 # transcendentals, libm, and numba_math's documented bounds all fit under these).
@@ -260,8 +261,8 @@ def _partial_sums_may_overflow(abs_sum, dt):
 
 
 def _einsum(eq, args: list[Bounded], y, dt):
-    from ..einsum import split
-    from ..einsum_numpy import evaluate
+    from ..ir.einsum import split
+    from ..ir.einsum_numpy import evaluate
 
     ins, out = split(eq)
     sizes = {c: s for t, a in zip(ins, args) for c, s in zip(t, np.shape(a.value))}

@@ -13,9 +13,9 @@ import warnings
 
 import numpy as np
 
-from ..equivalence import compare_outputs, graph_tolerance
-from ..interpreter import interpret
-from ..signature import flatten_outputs
+from ..ir.equivalence import compare_outputs, graph_tolerance
+from ..ir.interpreter import interpret
+from ..runtime.signature import flatten_outputs
 
 # numba_math's fast-math functions stay within ~4 ulp of float32; where a plan runs with
 # fast math (a backend that reads ``fast_math``, left at its default True) a float64 output

@@ -1,6 +1,6 @@
 """Checking that a pass keeps a graph's meaning, with the interpreter as the oracle.
 
-``check_same_semantics`` (from ``graphopt.equivalence``) compares two IRs on random inputs
+``check_same_semantics`` (from ``graphopt.ir.equivalence``) compares two IRs on random inputs
 (the pass manager's ``CheckSemantics`` instrument calls it after every pass in debug mode);
 ``assert_pass_preserves_semantics`` property-tests a pass
 on hypothesis-generated graphs and reports a shrunk counterexample as readable text.
@@ -11,7 +11,8 @@ from __future__ import annotations
 import numpy as np
 
 from .. import ir
-from ..equivalence import (  # noqa: F401
+from ..errors import GraphError
+from ..ir.equivalence import (  # noqa: F401
     check_same_semantics,
     compare_outputs,
     graph_tolerance,
@@ -19,8 +20,7 @@ from ..equivalence import (  # noqa: F401
     random_inputs,
     tolerance,
 )
-from ..errors import GraphError
-from ..interpreter import run_graph
+from ..ir.interpreter import run_graph
 from ..passes.manager import PassContext, PassResult
 
 # ------------------------------------------------------------------------ readable graphs
@@ -127,7 +127,7 @@ def assert_pass_preserves_semantics(pass_, max_examples: int = 50, graphs=None, 
     from hypothesis import HealthCheck, Phase, given, settings
     from hypothesis import strategies as st
 
-    from ..graph import Graph
+    from ..frontend.graph import Graph
     from . import strategies
 
     strategy = graphs if graphs is not None else strategies.graphs(**graph_kwargs)

@@ -17,7 +17,7 @@ import numpy as np
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from ..graph import Graph
+from ..frontend.graph import Graph
 from .einsums import einsum_equations
 from .generators import GENERATORS, INPUT_BOUND, OP_KINDS, Builder
 

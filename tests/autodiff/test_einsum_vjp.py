@@ -8,7 +8,7 @@ from opt_einsum.testing import build_views
 from opt_einsum.tests.test_contract import tests as OPT_EINSUM_EQUATIONS
 
 import graphopt as go
-from graphopt.autodiff.einsum_vjp import _diagonal_mask
+from graphopt.frontend.autodiff.einsum_vjp import _diagonal_mask
 from graphopt.testing import assert_grad_correct
 
 

@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 
 import graphopt as go
-from graphopt import ops
-from graphopt.autodiff.rules import NON_DIFFERENTIABLE, VJP_RULES
+from graphopt.frontend.autodiff.rules import NON_DIFFERENTIABLE, VJP_RULES
+from graphopt.ir import ops
 from graphopt.testing import assert_grad_correct
 
 

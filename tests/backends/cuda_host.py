@@ -16,9 +16,9 @@ import subprocess
 import numpy as np
 import pytest
 
-from graphopt.backends import cuda_codegen as cg
-from graphopt.einsum_numpy import evaluate as einsum_evaluate
-from graphopt.gemm import gemm_plan, run_gemm
+from graphopt.backends.cupy import codegen as cg
+from graphopt.contract.program.gemm import gemm_plan, run_gemm
+from graphopt.ir.einsum_numpy import evaluate as einsum_evaluate
 
 GXX = shutil.which("g++")
 needs_gxx = pytest.mark.skipif(GXX is None, reason="g++ not found: cannot run emitted C on host")

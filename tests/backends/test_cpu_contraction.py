@@ -7,10 +7,11 @@ import math
 import numpy as np
 import pytest
 
-from graphopt.backends import cpu_contraction, timing
-from graphopt.contraction_plan import plan_program
-from graphopt.einsum import split
-from graphopt.gemm import BLAS_DTYPES, SMALL_PAIR_WORK, einsum_is_faster, gemm_plan
+from graphopt.backends import timing
+from graphopt.backends.numba import contraction as cpu_contraction
+from graphopt.contract.program.build import plan_program
+from graphopt.contract.program.gemm import BLAS_DTYPES, SMALL_PAIR_WORK, einsum_is_faster, gemm_plan
+from graphopt.ir.einsum import split
 
 pytest.importorskip("numba")
 

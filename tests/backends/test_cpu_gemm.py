@@ -9,8 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import graphopt as go
-from graphopt import threads
 from graphopt.backends import cpu_gemm
+from graphopt.runtime import threads
 
 
 @contextlib.contextmanager

@@ -21,16 +21,16 @@ from hypothesis import strategies as st
 
 import graphopt as go
 from graphopt import ir
-from graphopt.backends import cuda_codegen as cg
-from graphopt.backends.cuda_kernels.contractions import (
+from graphopt.analysis.fused import node_subgraph
+from graphopt.backends.cupy import codegen as cg
+from graphopt.backends.cupy.kernels.contractions import (
     contraction_candidates,
     contraction_estimates,
 )
-from graphopt.backends.cuda_kernels.cublas import Cublas
-from graphopt.einsum import parse as einsum_parse
-from graphopt.fused import node_subgraph
-from graphopt.gemm import gemm_plan, run_gemm, view_is_free
-from graphopt.interpreter import run_graph
+from graphopt.backends.cupy.kernels.cublas import Cublas
+from graphopt.contract.program.gemm import gemm_plan, run_gemm, view_is_free
+from graphopt.ir.einsum import parse as einsum_parse
+from graphopt.ir.interpreter import run_graph
 from graphopt.testing import graphs, inputs_for
 from graphopt.testing.generators import random_values
 from graphopt.testing.semantics import compare_outputs, tolerance

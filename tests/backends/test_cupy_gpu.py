@@ -279,7 +279,7 @@ def test_returned_arrays_survive_later_graph_replays(rng):
 
 
 def test_pool_frees_its_cache_and_retries_once_on_out_of_memory():
-    from graphopt.pool import TensorPool
+    from graphopt.runtime.pool import TensorPool
 
     backend = get_backend("cupy")
     mp = cupy.get_default_memory_pool()

@@ -83,7 +83,7 @@ def test_fused_groups_run_generated_numba_kernels_in_the_workers(client):
     assert_plan_matches_interpreter(g, plan, mlp_inputs())
 
     def kernels_built():
-        from graphopt.backends import numba_codegen
+        from graphopt.backends.numba import codegen as numba_codegen
 
         return len(numba_codegen._KERNELS)
 
@@ -145,7 +145,7 @@ def test_auto_chunks_follow_chunk_bytes_and_bad_chunks_are_errors(client):
 
 
 def test_progress_bar_and_dashboard_link_printed_once(client, capsys):
-    from graphopt.backends.dask_graph import cluster
+    from graphopt.backends.dask import cluster
 
     g = matmul_graph(32)
     plan = go.compile(g, backend="dask", chunks=8, client=client, progress=True, cache=False)
@@ -318,8 +318,8 @@ def test_gradients_of_an_mlp_loss_on_the_cluster(client):
 def test_a_ragged_slice_task_takes_the_full_slice_s_arena_layout():
     # a slice task's program for a ragged slice takes the full slice's arena and offsets
     # (as sliced_contract's slices do), so it holds no more than the full slice counted
-    from graphopt.backends.dask_graph.lowering import _contract_slice
-    from graphopt.contraction_program import PathContraction
+    from graphopt.backends.dask.lowering import _contract_slice
+    from graphopt.contract.program.run import PathContraction
 
     eq, path = "ab,bc,cd->ad", [(0, 1), (0, 1)]
     rng = np.random.default_rng(0)

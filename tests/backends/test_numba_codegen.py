@@ -15,14 +15,15 @@ import numpy as np
 import pytest
 
 import graphopt as go
-from graphopt import ir, ops
-from graphopt.interpreter import eval_node, run_graph
+from graphopt import ir
+from graphopt.ir import ops
+from graphopt.ir.interpreter import eval_node, run_graph
 from graphopt.passes import PassContext
 from graphopt.passes.fusion import fusion
 
-numba_codegen = pytest.importorskip("graphopt.backends.numba_codegen")
+numba_codegen = pytest.importorskip("graphopt.backends.numba.codegen")
 pytest.importorskip("numba")
-from graphopt.backends.numba_codegen import (  # noqa: E402
+from graphopt.backends.numba.codegen import (  # noqa: E402
     UnsupportedKernel,
     build_fused_kernel,
     build_node_kernel,
@@ -458,7 +459,7 @@ def test_parallel_reductions(axis, mode, rng):
 
 
 def test_fast_math_hook_uses_numba_math(rng):
-    numba_math = pytest.importorskip("graphopt.backends.numba_math")
+    numba_math = pytest.importorskip("graphopt.backends.numba.numerics")
     if ("tanh", "float32") not in getattr(numba_math, "FAST", {}):
         pytest.skip("numba_math has no tanh_f32")
     g = go.Graph()
@@ -535,7 +536,7 @@ _CHILD = textwrap.dedent("""
     numba.njit(lambda: 0)()  # the first compile of a process pays numba's LLVM set-up
     from graphopt.passes import PassContext
     from graphopt.passes.fusion import fusion
-    from graphopt.backends.numba_codegen import build_fused_kernel
+    from graphopt.backends.numba.codegen import build_fused_kernel
     g = go.Graph()
     x = g.input("x", (256, 300), "float64")
     g.output(go.gelu(x * 1.25 + 0.5).sum(axis=1) * 2.0)
@@ -587,7 +588,7 @@ def table_value(H):
 def test_small_kernels_keep_the_gil_large_ones_release_it(n, releases):
     """Under contention every GIL release is a hand-over and a wait to get it back: a kernel
     below NOGIL_MIN elements keeps it; larger ones (and every parallel one) release it."""
-    from graphopt.backends.numba_kernels.source import NOGIL_MIN
+    from graphopt.backends.numba.kernels.source import NOGIL_MIN
 
     assert (n >= NOGIL_MIN) == releases
     g = go.Graph("gil")

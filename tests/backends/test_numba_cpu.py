@@ -9,9 +9,11 @@ import numpy as np
 import pytest
 
 import graphopt as go
-from graphopt import compiler, disk_cache
-from graphopt.backends import BACKENDS, numba_cpu
+from graphopt.backends import BACKENDS
+from graphopt.backends.numba import backend as numba_cpu
+from graphopt.compiler import driver as compiler
 from graphopt.errors import GraphError
+from graphopt.support import disk_cache
 
 pytest.importorskip("numba")
 

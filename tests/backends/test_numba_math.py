@@ -17,7 +17,7 @@ import pytest
 
 numba = pytest.importorskip("numba")
 
-from graphopt.backends import numba_math as nm  # noqa: E402
+from graphopt.backends.numba import numerics as nm  # noqa: E402
 
 OPS = ("exp", "log", "tanh", "sigmoid", "gelu", "sin", "cos", "pow", "sqrt")
 DTYPES = ("float32", "float64")
@@ -28,7 +28,7 @@ PI_LD = LD("3.14159265358979323846264338327950288")
 
 def _loop_source() -> str:
     """One loop function per op, both dtypes in one compiled function (few compilations)."""
-    src = ["import numba", "from graphopt.backends import numba_math as nm"]
+    src = ["import numba", "from graphopt.backends.numba import numerics as nm"]
     for op in OPS:
         args, call = ("(a, c, oa, b, d, ob)", "({0}[i], {1}[i])") if op == "pow" else \
             ("(a, oa, b, ob)", "({0}[i])")
@@ -320,7 +320,7 @@ def test_loops_vectorize_with_everything_inlined(op):
     assert re.search(r"<\d+ x float>", ir), f"{op}_f32 loop not vectorized"
     assert re.search(r"<\d+ x double>", ir), f"{op}_f64 loop not vectorized"
     calls = set(re.findall(r"call [^\n]*@\"?([\w.$]+)", ir))
-    assert not [c for c in calls if "backends10numba_math" in c], f"not inlined: {calls}"
+    assert not [c for c in calls if "5numba8numerics" in c], f"not inlined: {calls}"
     assert not [c for c in calls if "raise" in c], f"exception path left in loop: {calls}"
 
 

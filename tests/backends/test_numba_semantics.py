@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import graphopt as go
-from graphopt.backends import numba_codegen as cg
+from graphopt.backends.numba import codegen as cg
 
 pytest.importorskip("numba")
 
@@ -109,7 +109,7 @@ def test_sigmoid_and_gelu_keep_the_negative_tail_at_every_size(dtype, n):   # de
     rounded in float64 is |w| ulp off)."""
     import mpmath
 
-    from graphopt.backends.numba_math import BOUNDS
+    from graphopt.backends.numba.numerics import BOUNDS
 
     mpmath.mp.prec = 120
     x = np.linspace(-80 if dtype == "float64" else -20, -5.3, n).astype(dtype)

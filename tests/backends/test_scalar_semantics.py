@@ -23,12 +23,12 @@ import pytest
 from cuda_host import needs_gxx, run_all_on_host  # noqa: E402
 
 import graphopt as go
-from graphopt.backends import cuda_codegen as cg
-from graphopt.backends import numba_codegen as nc
+from graphopt.analysis.fused import node_subgraph
 from graphopt.backends import scalar_semantics as ss
-from graphopt.backends.numba_kernels.source import SUPPORTED as NUMBA_DTYPES
-from graphopt.fused import node_subgraph
-from graphopt.interpreter import run_graph
+from graphopt.backends.cupy import codegen as cg
+from graphopt.backends.numba import codegen as nc
+from graphopt.backends.numba.kernels.source import SUPPORTED as NUMBA_DTYPES
+from graphopt.ir.interpreter import run_graph
 from graphopt.testing.semantics import compare_outputs, tolerance
 
 DTYPES = ["bool", "int32", "int64", "float32", "float64", "complex64", "complex128"]

@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 import graphopt as go
-from graphopt.backends import cuda_codegen as cg
-from graphopt.fused import node_subgraph
+from graphopt.analysis.fused import node_subgraph
+from graphopt.backends.cupy import codegen as cg
 from graphopt.testing import assert_plan_matches_interpreter
 
 BACKENDS = [("numpy", {}), ("numba", {}),

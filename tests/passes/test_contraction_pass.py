@@ -8,14 +8,15 @@ import opt_einsum
 import pytest
 
 import graphopt as go
-from graphopt import cost, ir
-from graphopt.einsum import label
-from graphopt.einsum_groups import find_groups
+from graphopt import ir
+from graphopt.analysis import cost
+from graphopt.contract.groups import find_groups
+from graphopt.contract.paths import left_to_right
 from graphopt.errors import GraphError
-from graphopt.interpreter import run_graph
+from graphopt.ir.einsum import label
+from graphopt.ir.interpreter import run_graph
 from graphopt.passes import PassContext
 from graphopt.passes.contraction import contraction
-from graphopt.paths import left_to_right
 
 
 def run(g, **ctx):
@@ -269,8 +270,8 @@ def test_the_written_order_of_a_network_is_counted_once_by_one_rule(seed):
     # memo that counting the node's FLOPs reads: the same figures as counting it afresh
     from opt_einsum.testing import rand_equation
 
+    from graphopt.contract.paths import left_to_right_cost, split_equation
     from graphopt.passes.contraction import user_cost
-    from graphopt.paths import left_to_right_cost, split_equation
 
     eq, shapes = rand_equation(12, 3, seed=seed, d_min=2, d_max=4)
     g = go.Graph("net")

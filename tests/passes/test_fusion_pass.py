@@ -5,8 +5,9 @@ import numpy as np
 import pytest
 
 import graphopt as go
-from graphopt import ir, ops
-from graphopt.interpreter import run_graph
+from graphopt import ir
+from graphopt.ir import ops
+from graphopt.ir.interpreter import run_graph
 from graphopt.passes import PassContext
 from graphopt.passes.fusion import fusion
 from graphopt.testing import assert_plan_matches_interpreter, check_same_semantics

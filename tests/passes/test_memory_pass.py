@@ -5,9 +5,9 @@ import pytest
 
 import graphopt as go
 from graphopt import ir
+from graphopt.analysis.liveness import ALIGN, align, assign_arena_offsets, liveness_intervals
 from graphopt.errors import GraphError
-from graphopt.interpreter import interpret
-from graphopt.liveness import ALIGN, align, assign_arena_offsets, liveness_intervals
+from graphopt.ir.interpreter import interpret
 from graphopt.passes import PassContext
 from graphopt.passes.memory import check_memory_plan, find_inplace, memory
 
@@ -192,7 +192,7 @@ def test_best_fit_finds_overlaps_the_same_by_steps_in_python_and_in_numpy(longes
     # the overlap test goes by steps where intervals are short (STEP_SCAN_STEPS,
     # STEP_SCAN_BUFFERS_PER_STEP), else a Python scan below VECTOR_SCAN_BUFFERS and NumPy's
     # above: the same offsets every way, and no two overlapping intervals share a byte
-    from graphopt import liveness
+    from graphopt.analysis import liveness
     rng = np.random.default_rng(7)
     intervals, sizes = {}, {}
     for n in range(400):

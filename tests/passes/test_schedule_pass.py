@@ -4,7 +4,7 @@ import numpy as np
 
 import graphopt as go
 from graphopt import ir
-from graphopt.interpreter import run_graph
+from graphopt.ir.interpreter import run_graph
 from graphopt.passes import PassContext
 from graphopt.passes.schedule import depth_first_order, greedy_order, peak_of, schedule
 

@@ -6,7 +6,7 @@ import pytest
 
 import graphopt as go
 from graphopt import ir
-from graphopt.interpreter import run_graph
+from graphopt.ir.interpreter import run_graph
 from graphopt.passes import PassContext
 from graphopt.passes.simplify import FOLD_LIMIT_BYTES, simplify
 from graphopt.testing import check_same_semantics

@@ -9,15 +9,13 @@ import pytest
 
 import graphopt as go
 from graphopt import ir
-from graphopt.einsum import label
+from graphopt.contract.paths import default_path, play
+from graphopt.contract.slicing.run import contraction_workspace_bytes
 from graphopt.errors import GraphError
+from graphopt.ir.einsum import label
 from graphopt.passes import PassContext
 from graphopt.passes.contraction import contraction as contraction_pass
 from graphopt.passes.slicing import SLICE_HEADROOM, slicing
-from graphopt.paths import default_path, play
-from graphopt.sliced_contraction import (
-    contraction_workspace_bytes,
-)
 
 # Every test runs twice: every GEMM-shaped pair step a GEMM (the arrays are small), then
 # graphopt's default (small pair steps on np.einsum).
@@ -219,7 +217,7 @@ def test_a_limit_the_reordered_path_meets_needs_no_slicing(monkeypatch):
     assert contraction_workspace_bytes(eq, shapes, greedy.path, (), None, "float64") > limit
     assert plan.predicted_peak_bytes <= limit
     # without cotengra the path keeps its order, and is sliced instead
-    from graphopt import path_searchers
+    from graphopt.contract.search import searchers as path_searchers
     monkeypatch.setattr(path_searchers, "cotengra_available", lambda: False)
     sliced = go.compile(g, backend="numpy", memory_limit=limit, cache=False,
                         optimize="greedy", passes=["slicing"])
@@ -317,7 +315,7 @@ def test_a_short_sliced_program_holds_a_limit_of_tens_of_kilobytes(backend):
     6-step program under a 22 kB limit: a call stays within it. Its GEMM step at the peak
     held ~1.3 kB of views, which the flat per-step allowance did not cover (measured 23.1
     kB, predicted 20.1 kB), now counted with the step (``gemm.GEMM_VIEW_BYTES``)."""
-    from graphopt.jit import contract_graph
+    from graphopt.frontend.jit import contract_graph
 
     eq = "acdf,jbje,gihb,hfac,gfac,gifabc,hfac"
     shapes = [(4, 5, 3, 5), (3, 3, 3, 8), (4, 7, 8, 3), (8, 5, 4, 5), (4, 5, 4, 5),

@@ -8,8 +8,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import graphopt as go
-from graphopt import cost, ir
-from graphopt.interpreter import interpret
+from graphopt import ir
+from graphopt.analysis import cost
+from graphopt.ir.interpreter import interpret
 from graphopt.passes import PASSES, PassContext, PassManager
 from graphopt.passes.contraction import contraction
 from graphopt.passes.memory import check_memory_plan, memory

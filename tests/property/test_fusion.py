@@ -9,9 +9,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from graphopt import ir, ops
-from graphopt.fused import INDEXING, classify
-from graphopt.interpreter import run_graph
+from graphopt import ir
+from graphopt.analysis.fused import INDEXING, classify
+from graphopt.ir import ops
+from graphopt.ir.interpreter import run_graph
 from graphopt.passes import PassContext
 from graphopt.passes.fusion import fusion
 from graphopt.testing import assert_pass_preserves_semantics, graphs
@@ -79,7 +80,7 @@ def test_fused_groups_are_well_formed(g):
     assert ir.structural_hash(again.graph) == ir.structural_hash(H)
 
 
-numba_codegen = pytest.importorskip("graphopt.backends.numba_codegen")
+numba_codegen = pytest.importorskip("graphopt.backends.numba.codegen")
 
 
 @settings(max_examples=20)

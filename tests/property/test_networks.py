@@ -176,7 +176,7 @@ def test_without_cotengra_sliced_plans_run_right_within_the_limit(net, fraction)
     # path, and a node that must be sliced is searched again by graphopt's own search (the
     # sliced search's steps 1b and 2; before, such a node was refused wherever its first
     # path sliced too dearly): each plan is refused or right within its limit
-    from graphopt import path_searchers
+    from graphopt.contract.search import searchers as path_searchers
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(path_searchers, "cotengra_available", lambda: False)

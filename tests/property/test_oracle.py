@@ -21,8 +21,8 @@ from hypothesis import strategies as st
 
 import graphopt as go
 from graphopt.backends import BACKENDS
-from graphopt.interpreter import run_graph
-from graphopt.signature import bind_inputs
+from graphopt.ir.interpreter import run_graph
+from graphopt.runtime.signature import bind_inputs
 from graphopt.testing.fuzz import random_case
 from graphopt.testing.oracle import check_against_oracle
 

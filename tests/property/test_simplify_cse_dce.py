@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 import graphopt as go
 from graphopt import ir
-from graphopt.interpreter import run_graph
+from graphopt.ir.interpreter import run_graph
 from graphopt.passes import PassContext
 from graphopt.passes.cse import cse, node_key
 from graphopt.passes.dce import dce

@@ -1,0 +1,1 @@
+"""Helpers every stage may use: environment flags and the on-disk cache."""
