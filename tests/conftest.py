@@ -71,30 +71,38 @@ def cache_dir(tmp_path, monkeypatch):
 
 def _forget_planned_steps():
     from graphopt.compiler import driver as compiler
-    from graphopt.contract.program import build as contraction_plan
-    from graphopt.contract.program import run as contraction_program
+    from graphopt.contract.program import build, run
 
-    contraction_plan._planned_step.cache_clear()
-    contraction_program.path_contraction.cache_clear()
+    build._planned_step.cache_clear()
+    build._step_forms.cache_clear()
+    run.path_contraction.cache_clear()
+    run.shared_programs.cache_clear()
     compiler.clear_cache()
 
 
-_SMALL_PAIR_WORK: list = []    # graphopt's own, read before any test patched it
+_OWN_RATES: list = []    # graphopt's own host table, read before any test swapped it
 
 
 @contextlib.contextmanager
 def small_pair_work(value: int | None):
-    """Pairs planned with ``gemm.SMALL_PAIR_WORK`` ``value`` (0: every pair step or pairwise
-    node that maps onto a GEMM that sums something is one, however small; None: graphopt's
-    own), nothing planned before kept."""
-    from graphopt.contract.program import gemm
+    """Pairs planned by the host's rates with ``small_pair_work`` ``value`` (0: every pair
+    step or pairwise node that maps onto a GEMM that sums something is one, however small;
+    None: graphopt's own), nothing planned before kept."""
+    import dataclasses
 
-    if not _SMALL_PAIR_WORK:
-        _SMALL_PAIR_WORK.append(gemm.SMALL_PAIR_WORK)
-    value = _SMALL_PAIR_WORK[0] if value is None else value
+    from graphopt.backends import BACKENDS
+    from graphopt.contract import rates
+
+    if not _OWN_RATES:
+        _OWN_RATES.append(rates.HOST_RATES)
+    own, current = _OWN_RATES[0], rates.HOST_RATES
+    table = own if value is None else dataclasses.replace(own, small_pair_work=value)
     _forget_planned_steps()
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(gemm, "SMALL_PAIR_WORK", value)
+        mp.setattr(rates, "HOST_RATES", table)
+        for backend in BACKENDS.values():
+            if backend.rates is current:
+                mp.setattr(backend, "rates", table)
         yield
     _forget_planned_steps()
 
@@ -110,14 +118,14 @@ def gemm_every_step():
 @pytest.fixture(scope="module", params=["gemm", "small steps on np.einsum"])
 def pair_step_form(request):
     """A module's tests run twice: every GEMM-shaped pair step a GEMM, then the default
-    (pair steps below ``gemm.SMALL_PAIR_WORK`` on np.einsum)."""
+    (pair steps below ``rates.SMALL_PAIR_WORK`` on np.einsum)."""
     with small_pair_work(0 if request.param == "gemm" else None):
         yield request.param
 
 
 @pytest.fixture
 def small_steps():
-    """One test's contraction programs at the default ``gemm.SMALL_PAIR_WORK`` (pair steps
+    """One test's contraction programs at the default ``rates.SMALL_PAIR_WORK`` (pair steps
     of fewer multiply-adds on np.einsum), inside a module that plans every one as a GEMM."""
     with small_pair_work(None):
         yield

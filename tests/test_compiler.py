@@ -253,9 +253,14 @@ def test_custom_passes_appear_in_the_report():
         return PassResult(ir.copy_graph(G), {"looked_at": G.number_of_nodes()})
 
     plan = go.compile(mlp(), backend="numpy", passes=[noop])
-    assert [r.name for r in plan.report.records] == ["noop"]
+    # the einsums the pipeline left without a contraction get theirs as written, once more
+    # by the contraction pass, and the report says why
+    assert [r.name for r in plan.report.records] == ["noop", "contraction"]
+    assert "did not give every einsum one" in plan.report["contraction"].details["why"]
     assert plan.report["noop"].details["looked_at"] == plan.source_graph.number_of_nodes()
     assert plan.report["noop"].changed is False
+    assert all("contraction" in d["attrs"] for _, d in plan.graph.nodes(data=True)
+               if d["op"] == "einsum")
 
 
 def test_plan_is_thread_safe(rng):
@@ -451,7 +456,8 @@ def test_one_contraction_of_inputs_compiles_by_the_contraction_only_pipeline(bac
     assert step.kernel.impl == "numpy-sliced" and not plan._numba
     group = plan.report["contraction"].details["groups"][0]
     assert group["emitted"] == "one node along the path" and group["decision"] == "reordered"
-    assert plan.graph.nodes[step.node]["attrs"]["path"] == group["path"]
+    assert list(plan.graph.nodes[step.node]["attrs"]["contraction"].path) == \
+        [tuple(p) for p in group["path"]]
     assert "one node along the path" in str(plan.report)
     arrays = _chain_arrays()
     np.testing.assert_allclose(plan(*arrays), np.einsum(eq, *arrays, optimize=True),

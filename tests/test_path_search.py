@@ -573,4 +573,4 @@ def test_the_default_budget_follows_the_backend_s_combo_rate(cache_dir, monkeypa
     ins = [g.input(f"t{k}", tuple(sizes[c] for c in t)) for k, t in enumerate(terms)]
     g.output(go.einsum(eq, *ins))
     go.compile(g, backend="numpy", cache=False, path_cache=False)
-    assert seen == [go.backends.get_backend("numpy").combo_rate] == [search_budget.COMBO_RATE]
+    assert seen == [go.backends.get_backend("numpy").rates.combo] == [search_budget.COMBO_RATE]

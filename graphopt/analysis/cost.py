@@ -17,8 +17,9 @@ from ..ir.einsum import split as split_equation
 
 
 def node_flops(G: nx.MultiDiGraph, n: int) -> int:
-    """FLOPs of node ``n``: einsum counted pairwise left to right as opt_einsum counts (along
-    its ``path`` attr where a multi-operand einsum has one);
+    """FLOPs of node ``n``: an einsum counted as opt_einsum counts, along the path of its
+    contraction (``Contraction.flops``), or as written, left to right, where it holds none
+    yet (the user's graph: what the contraction pass improves on);
     elementwise one per output element; reductions one per input element; layout and
     sources zero; fused groups the sum over their members."""
     d = G._node[n]
@@ -26,11 +27,12 @@ def node_flops(G: nx.MultiDiGraph, n: int) -> int:
     if kind == ops.SOURCE:
         return 0
     if kind == ops.CONTRACTION:
+        held = d["attrs"].get("contraction")
+        if held is not None:
+            return held.flops
         nodes = G._node
         shapes = tuple(tuple(nodes[u]["shape"]) for u in ir.operands(G, n))
-        path = d["attrs"].get("path") if len(shapes) > 2 else None
-        return _contraction_flops(d["attrs"]["equation"], shapes,
-                                  None if path is None else tuple(map(tuple, path)))
+        return written_order_cost(d["attrs"]["equation"], shapes)[0]
     if kind == ops.ELEMENTWISE:
         return math.prod(d["shape"])
     if kind == ops.REDUCTION:
@@ -39,14 +41,6 @@ def node_flops(G: nx.MultiDiGraph, n: int) -> int:
         sub = d["attrs"]["graph"]
         return sum(node_flops(sub, m) for m in sub.nodes)
     return 0
-
-
-@functools.lru_cache(maxsize=4096)
-def _contraction_flops(eq: str, shapes: tuple, path: tuple | None) -> int:
-    # memoized: the contraction pass, the report and lowering count the same nodes
-    if not path:
-        return written_order_cost(eq, shapes)[0]
-    return paths.path_flops(eq, paths.label_sizes(eq, shapes), path)
 
 
 @functools.lru_cache(maxsize=1024)

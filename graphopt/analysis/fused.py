@@ -57,10 +57,11 @@ def fusion_kind(G, n) -> str | None:
 
 
 def runs_along_path(G, n) -> bool:
-    """Einsum node ``n`` runs along its contraction path (its ``slices``, or more than two
-    operands): every backend gives it a kernel of its own, which the memory limit's
-    slicing and the path's intermediates are planned for."""
-    return bool(G.nodes[n]["attrs"].get("slices")) or G.in_degree(n) > 2
+    """Einsum node ``n`` runs along its contraction path (``Contraction.along_path``: it is
+    sliced, or has more than two operands): every backend gives it a kernel of its own,
+    which the memory limit's slicing and the path's intermediates are planned for."""
+    held = G.nodes[n]["attrs"].get("contraction")
+    return held.along_path if held is not None else G.in_degree(n) > 2
 
 
 def is_scalar_const(G, n) -> bool:

@@ -13,7 +13,7 @@ from types import MappingProxyType
 import networkx as nx
 import numpy as np
 
-from ..contract.search.budget import COMBO_RATE
+from ..contract.rates import HOST_RATES, Rates
 from ..errors import GraphError
 from ..runtime.kernel import Kernel
 
@@ -43,9 +43,9 @@ class Backend:
     # Runs several slices of a sliced contraction at once (on host threads): the slicing
     # pass may cut slices for that many workers. A GPU runs them one after another.
     slices_at_once = True
-    # Combo cost (FLOPs plus bytes written) a second that sizes the default path-search
-    # budget (``search_budget``: a fraction of the run time it gives the best path so far)
-    combo_rate = COMBO_RATE
+    # The machine-rate table the contraction library's choices read (``contract.rates``):
+    # each contraction step's form, the default path-search budget
+    rates: Rates = HOST_RATES
 
     def __init__(self, **options):
         self.options = options
@@ -135,6 +135,15 @@ class Backend:
     # -- kernels ----------------------------------------------------------------------------
     def kernel(self, G: nx.MultiDiGraph, n: int, ctx) -> Kernel:
         raise NotImplementedError
+
+    def workspace_bytes(self, G: nx.MultiDiGraph, n: int) -> int:
+        """What node ``n``'s kernel will allocate beside the arena while it runs (its
+        ``Kernel.workspace_bytes``), known before any kernel is built: the ``rematerialize``
+        pass keeps the largest free of the arena it plans. Here: an einsum's contraction's
+        (``Contraction.workspace_bytes``), nothing for any other node."""
+        d = G.nodes[n]
+        held = d["attrs"].get("contraction") if d["op"] == "einsum" else None
+        return held.workspace_bytes if held is not None else 0
 
     def copy_kernel(self, shape, dtype) -> Kernel:
         def copy(args, out):

@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..analysis.fused import runs_along_path
+from ..contract.contraction import contraction_of
 from ..ir import ops
 from ..ir.interpreter import eval_node, node_peak_bytes
 from ..runtime.kernel import Kernel
@@ -24,15 +25,26 @@ class NumpyBackend(Backend):
     def kernel(self, G, n, ctx) -> Kernel:
         return reference_kernel(G, n)
 
+    def workspace_bytes(self, G, n) -> int:
+        return reference_workspace_bytes(G, n)
+
+
+def reference_workspace_bytes(G, n) -> int:
+    """What ``reference_kernel`` of node ``n`` declares: an einsum run along its path, its
+    contraction's workspace; any other node, the interpreter's result before it is copied
+    into ``out`` with what its NumPy form holds beside it (``node_peak_bytes``)."""
+    d = G.nodes[n]
+    if d["op"] == "einsum" and runs_along_path(G, n):
+        return contraction_of(G, n).workspace_bytes
+    return node_peak_bytes(G, n)
+
 
 def reference_kernel(G, n) -> Kernel:
     """Node ``n`` by the interpreter's semantics, copied into the planned buffer."""
     d = G.nodes[n]
     if d["op"] == "einsum" and runs_along_path(G, n):
-        # along its path (opt_einsum's greedy one, as the interpreter's, where the
-        # contraction pass gave it none: below opt_level 2, or bool operands), so that
-        # what its intermediates hold is predicted (the interpreter's form counted only
-        # the result: a 12-tensor lattice measured 26 kB against 8 bytes predicted)
+        # along its contraction's path, so that what its intermediates hold is what the
+        # plan predicts (the interpreter's own form allocates what no rule here counts)
         return host_path_kernel(G, n)
 
     def fn(args, out):
@@ -45,7 +57,7 @@ def reference_kernel(G, n) -> Kernel:
     fn.__name__ = f"ref_{d['op']}_{n}"
     # the interpreter's result before it is copied into ``out`` (outputs are preallocated
     # too), with what its NumPy form holds beside it, and a fused node's body values
-    nbytes = node_peak_bytes(G, n)
+    nbytes = reference_workspace_bytes(G, n)
     call = ops.OPS[d["op"]].impl
     src = (f"# reference: {d['op']} {d['attrs'] if d['op'] not in ('fused', 'const') else ''}"
            f"\nout[...] = {getattr(call, '__qualname__', d['op'])}(args, attrs)")

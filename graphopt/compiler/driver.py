@@ -12,6 +12,7 @@ import math
 import numbers
 import time
 import warnings
+from dataclasses import replace
 
 import networkx as nx
 import numpy as np
@@ -23,11 +24,13 @@ from ..errors import GraphError
 from ..frontend.graph import Graph
 from ..observe import progress
 from ..observe.report import OptimizationReport, recomputation
+from ..passes.contraction import contraction as contraction_pass
 from ..passes.manager import (
     CONTRACTION_ONLY_PIPELINE,
     PASS_OPTIONS,
     PassContext,
     PassManager,
+    PassRecord,
     check_pass_names,
     env_disabled,
     pipeline_for,
@@ -36,9 +39,6 @@ from ..runtime.threads import check_threads
 from . import cache as compile_cache
 
 SLOW_COMPILE_SECONDS = 1.0   # a compile this long is logged at INFO (else DEBUG)
-# compiles under memory_limit: a first one, and again with the workspace its steps reported
-# kept free of the arena, where recomputation could meet the limit with that room
-WORKSPACE_TRIES = 3
 _log = logging.getLogger(__name__)
 _warned_fallback = False
 
@@ -196,52 +196,24 @@ def compile(graph, backend: str = "auto", opt_level: int = 2, memory_limit=None,
         if hit is not None:
             return hit
 
-    def context(whole_contraction: bool) -> PassContext:
-        return PassContext(opt_level=opt_level, memory_limit=memory_limit, optimize=optimize,
-                           backend=backend_name, options=dict(options), debug=bool(debug),
-                           whole_contraction=whole_contraction,
-                           slices_at_once=backend_obj.slices_at_once,
-                           combo_rate=backend_obj.combo_rate)
-
-    ctx = context(whole)
+    ctx = PassContext(opt_level=opt_level, memory_limit=memory_limit, optimize=optimize,
+                      backend=backend_name, options=dict(options), debug=bool(debug),
+                      whole_contraction=whole, slices_at_once=backend_obj.slices_at_once,
+                      rates=backend_obj.rates, workspace_of=backend_obj.workspace_bytes)
     source = G   # (a builder lends its own graph: passes never change their input)
     unsupported = {name: f"backend {backend_name!r} {why}"
                    for name, why in backend_obj.unsupported_passes.items()}
-    def plan_with(ctx):
-        for _ in range(WORKSPACE_TRIES):
-            optimized, records = PassManager(pass_list, disable=disable, debug=debug,
-                                             unsupported=unsupported).run(G, ctx)
-            report = OptimizationReport.build(name=G.graph.get("name", "graph"),
-                                              backend=backend_name, opt_level=opt_level,
-                                              records=records, source_graph=source,
-                                              graph=optimized,
-                                              counted_flops=ctx.counted_flops)
-            progress.phase(f"building the {backend_name} plan (kernels)")
-            plan = backend_obj.build_plan(optimized, source, ctx, report)
-            reserve = _workspace_to_reserve(plan, records, ctx)
-            if reserve is None:
-                break
-            ctx.workspace_reserve = reserve
-        ctx.counted_flops.clear()    # (the graphs it holds are the plan's or garbage now)
-        return plan, report, records
-
     with progress.activity(f"compiling {G.graph.get('name', 'graph')!r}"):
-        plan, report, records = plan_with(ctx)
-        if _over_limit_in_pairwise_groups(plan, records, ctx):
-            # each intermediate fits the limit, so the groups stayed pairwise, and their
-            # arena does not: as one node each, the slicing pass bounds what they hold
-            try:
-                again = plan_with(context(whole_contraction=True))
-            except GraphError:     # (no slicing fits either: the first plan's refusal says
-                again = None       # what does not fit)
-            if again is not None and again[0].predicted_peak_bytes <= memory_limit:
-                why = (f" (one node along its path: as pairwise nodes the plan's predicted "
-                       f"peak was {plan.predicted_peak_bytes} bytes, over memory_limit)")
-                plan, report, records = again
-                for r in records:
-                    for g in r.details.get("groups", ()) if r.name == "contraction" else ():
-                        if "node" in g and g.get("operands", 0) > 2:
-                            g["reason"] = g.get("reason", "") + why
+        optimized, records = PassManager(pass_list, disable=disable, debug=debug,
+                                         unsupported=unsupported).run(G, ctx)
+        optimized, records = _with_contractions(optimized, records, ctx)
+        report = OptimizationReport.build(name=G.graph.get("name", "graph"),
+                                          backend=backend_name, opt_level=opt_level,
+                                          records=records, source_graph=source,
+                                          graph=optimized, counted_flops=ctx.counted_flops)
+        progress.phase(f"building the {backend_name} plan (kernels)")
+        plan = backend_obj.build_plan(optimized, source, ctx, report)
+        ctx.counted_flops.clear()    # (the graphs it holds are the plan's or garbage now)
     _check_predicted_peak(plan, memory_limit, recomputation(records))
     if memory_limit is None:
         _check_fits_memory(plan, backend_obj)
@@ -257,31 +229,23 @@ def compile(graph, backend: str = "auto", opt_level: int = 2, memory_limit=None,
     return plan
 
 
-def _over_limit_in_pairwise_groups(plan, records, ctx) -> bool:
-    """Whether a plan over ``memory_limit`` came from a pipeline that emitted contraction
-    groups of three or more operands as pairwise nodes (worth planning again with each
-    group one node along its path, which the slicing pass can bound)."""
-    if ctx.memory_limit is None or ctx.whole_contraction or \
-            not hasattr(plan, "predicted_peak_bytes") or \
-            plan.predicted_peak_bytes <= ctx.memory_limit:
-        return False
-    groups = [g for r in records if r.name == "contraction" for g in r.details.get("groups", ())]
-    return any(g.get("operands", 0) > 2 and g.get("decision") == "reordered" and
-               "node" not in g for g in groups)
-
-
-def _workspace_to_reserve(plan, records, ctx) -> int | None:
-    """Where the ``rematerialize`` pass ran under ``memory_limit`` but a step's workspace
-    (which only the backend's kernels know) tops the plan over the limit: the workspace to
-    keep free of the arena on another try; None when there is nothing to try again."""
-    ran = any(r.name == "rematerialize" and r.details for r in records)
-    if not ran or not hasattr(plan, "predicted_peak_bytes"):
-        return None
-    ws = plan.predicted_peak_bytes - plan.arena_bytes
-    if plan.predicted_peak_bytes <= ctx.memory_limit or \
-            ws <= ctx.workspace_reserve or ws >= ctx.memory_limit:
-        return None
-    return ws
+def _with_contractions(G, records: list, ctx):
+    """``G`` with a contraction on every einsum node: where the pipeline left one without
+    (``passes=`` without the contraction pass, or it disabled), the contraction pass runs
+    once more as at ``opt_level`` 0, giving each its contraction as written (its record
+    says so). ``(graph, records)``."""
+    if not any(d["op"] == "einsum" and "contraction" not in d["attrs"]
+               for _, d in G.nodes(data=True)):
+        return G, records
+    t0 = time.perf_counter()
+    result = contraction_pass(G, replace(ctx, opt_level=0))
+    ir.verify(result.graph, pass_name="contraction")
+    details = dict(result.record, why="each einsum given its contraction as written: the "
+                   "pipeline that ran did not give every einsum one")
+    rec = PassRecord(name="contraction", seconds=time.perf_counter() - t0,
+                     nodes_before=G.number_of_nodes(), nodes_after=G.number_of_nodes(),
+                     changed=True, details=details)
+    return result.graph, records + [rec]
 
 
 def _check_predicted_peak(plan, memory_limit, recomputed: dict | None = None) -> None:

@@ -27,10 +27,16 @@ def _member(G, n) -> bool:
             any(G._node[u]["dtype"] != d["dtype"] for u in G._pred[n]):
         return False
     if d["op"] == "einsum":
-        return "slices" not in d["attrs"]
+        return not _sliced(d)
     if d["op"] == "mul":
         return any(G._node[u]["shape"] == () for u in G._pred[n])
     return True     # a transpose
+
+
+def _sliced(d: dict) -> bool:
+    """Whether an einsum node's contraction loops over slices (a sliced node keeps them)."""
+    held = d["attrs"].get("contraction")
+    return held is not None and bool(held.slices)
 
 
 def find_groups(G) -> list[list[int]]:
@@ -69,7 +75,7 @@ def lone_contraction(G) -> int | None:
     n = computed[0]
     d, args = nodes[n], G._pred[n]
     ok = (d["op"] == "einsum" and sum(map(len, args.values())) >= 2 and
-          "slices" not in d["attrs"] and all(nodes[u]["op"] == "input" for u in args))
+          not _sliced(d) and all(nodes[u]["op"] == "input" for u in args))
     return n if ok else None
 
 

@@ -27,6 +27,7 @@ import networkx as nx
 import numpy as np
 
 from .. import ir
+from ..contract.contraction import Contraction
 from ..errors import GraphError, InputError
 from ..ir import ops
 from ..runtime import signature
@@ -41,6 +42,8 @@ MAX_DEPTH = 16
 def _encode_attr(v):
     if isinstance(v, nx.MultiDiGraph):
         return {"__graph__": graph_to_dict(v)}
+    if isinstance(v, Contraction):
+        return {"__contraction__": v.to_dict()}
     if isinstance(v, (np.ndarray, np.generic)):
         a = np.asarray(v)  # not ascontiguousarray: it turns a 0-d array into shape (1,)
         le = a.astype(a.dtype.newbyteorder("<"), copy=False)
@@ -169,6 +172,13 @@ def _decode_attr(v, depth):
         if "__graph__" in v:
             _expect(len(v) == 1, "__graph__ must be the only key")
             return dict_to_graph(v["__graph__"], depth + 1)
+        if "__contraction__" in v:
+            _expect(len(v) == 1 and isinstance(v["__contraction__"], dict),
+                    "__contraction__ must be the only key, an object")
+            try:
+                return Contraction.from_dict(v["__contraction__"])
+            except GraphError as e:
+                raise _bad(e.detail) from None
         return {k: _decode_attr(x, depth) for k, x in v.items()}
     if isinstance(v, list):
         return tuple(_decode_attr(x, depth) for x in v)

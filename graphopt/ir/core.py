@@ -283,6 +283,13 @@ def _verify_node(G, n, d: dict, pass_name: str | None, where: str) -> None:
     if tuple(d["shape"]) != shape or d["dtype"] != dtype:
         _fail(G, n, f"recorded {tuple(d['shape'])} {d['dtype']} but the op's rule gives "
                     f"{shape} {dtype}", pass_name)
+    held = d["attrs"].get("contraction") if d["op"] == "einsum" else None
+    if held is not None:
+        # the node's contraction value (``contract.contraction``) describes this node
+        wrong = held.check(d["attrs"]["equation"], [nodes[u]["shape"] for u in args_of],
+                           d["dtype"], [nodes[u]["dtype"] for u in args_of])
+        if wrong:
+            _fail(G, n, f"its contraction does not fit it: {wrong}", pass_name)
 
 
 def _verify_inputs_and_outputs(G, pass_name: str | None, where: str) -> None:

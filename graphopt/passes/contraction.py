@@ -1,17 +1,22 @@
-"""``contraction``: merge einsum chains into one contraction, order it with opt_einsum, and
-split it back into pairwise ``einsum`` nodes (DESIGN §4).
+"""``contraction``: give every einsum node its contraction, merging einsum chains into one
+contraction and ordering it (DESIGN §4).
 
-Each group of einsums (``einsum_groups``: a tree joined through single-use intermediates, of
-one non-bool dtype) becomes one equation over its external operands; opt_einsum picks the
-order (``ctx.optimize``); the result is emitted as pairwise steps. The FLOPs (counted as
-opt_einsum counts them, ``cost.node_flops``) never exceed the user's own order: where
-theirs is as good, their nodes stay. ``ctx.memory_limit`` (bytes) bounds every
-intermediate a group creates; where no pairwise order fits, the group stays one
-multi-operand einsum whose ``path`` attr is the best unconstrained path, for the
-``slicing`` pass. Where the graph is this one contraction of inputs
-(``ctx.whole_contraction``, ``manager.CONTRACTION_ONLY_PIPELINE``), the group also stays
-one node with its ``path``, run by the contraction program: pairwise nodes would buy
-nothing there but compile time.
+Each group of einsums (``contract.groups``: a tree joined through single-use intermediates,
+of one non-bool dtype) becomes one equation over its external operands; the search
+``ctx.optimize`` names (``contract.search.choose``) orders it, and the result is emitted as
+pairwise steps. The FLOPs (counted as opt_einsum counts them, ``cost.node_flops``) never
+exceed the user's own order: where theirs is as good, their nodes stay. ``ctx.memory_limit``
+(bytes) bounds every intermediate a group creates; where no pairwise order fits, or where the
+pairwise steps' intermediates would hold more than the limit at once, the group stays one
+multi-operand einsum along its best path, for the ``slicing`` pass to bound. Where the graph
+is this one contraction of inputs (``ctx.whole_contraction``,
+``manager.CONTRACTION_ONLY_PIPELINE``), the group also stays one node, run by the
+contraction program: pairwise nodes would buy nothing there but compile time.
+
+Every einsum node leaves the pass holding its ``Contraction`` (``attrs["contraction"]``): the
+path it runs along and each step's form by the backend's rates (``ctx.rates``). Below
+``opt_level`` 2 the pass merges and reorders nothing: each einsum runs as written, a
+multi-operand one along opt_einsum's greedy path (``paths.default_path``).
 """
 
 from __future__ import annotations
@@ -24,68 +29,18 @@ from opt_einsum import paths as oe_paths
 
 from .. import ir
 from ..analysis import cost
+from ..contract.contraction import Contraction
 from ..contract.groups import Merged, find_groups, merge
-from ..contract.paths import Steps, combo_cost, label_sizes, left_to_right, left_to_right_cost, play
-from ..contract.search import anytime as path_search
+from ..contract.paths import Steps, combo_cost, left_to_right, left_to_right_cost, play
 from ..contract.search import budget as search_budget
+from ..contract.search.choose import ANYTIME, best_path, fallbacks, optimizer_for, search
 from ..errors import GraphError
 from ..ir import einsum as einsum_mod
 from .manager import PassResult, register_pass
 
-# optimize="auto": exhaustive search up to AUTO_OPTIMAL_MAX operands, dynamic programming
-# up to AUTO_DP_MAX, the anytime search (``path_search``, within the compile's path_time)
-# beyond. optimize="hyper" is the anytime search at any size.
-AUTO_OPTIMAL_MAX = 4
-AUTO_DP_MAX = 12
-# Where the chosen search finds no order within the memory limit, dynamic programming and
-# a two-way branch search are tried up to these sizes.
-LIMIT_DP_MAX = 16
-LIMIT_BRANCH_MAX = 10
+# Greedy under a limit is opt_einsum's branch search, cubic in the operand count: on larger
+# groups plain greedy runs and the limit is checked afterwards.
 LIMIT_GREEDY_MAX = 64
-
-# ------------------------------------------------------------------------------------ paths
-
-
-ANYTIME = "anytime"   # optimizer_for's answer for the anytime search (``path_search``)
-
-
-def optimizer_for(optimize, n_operands: int):
-    """``(search function, its name)`` for ``ctx.optimize`` on ``n_operands`` operands; the
-    function is ``ANYTIME`` for ``path_search.find_path``."""
-    if isinstance(optimize, oe_paths.PathOptimizer):
-        return optimize, type(optimize).__name__
-    if optimize == "auto":
-        optimize = ("optimal" if n_operands <= AUTO_OPTIMAL_MAX else
-                    "dp" if n_operands <= AUTO_DP_MAX else "hyper")
-    if optimize == "hyper":
-        return ANYTIME, ANYTIME
-    if isinstance(optimize, str):
-        try:
-            return oe_paths.get_path_fn(optimize), optimize
-        except KeyError:
-            pass
-    raise GraphError(f"optimize={optimize!r} is not a contraction path search; use 'auto', "
-                     "'hyper', "
-                     f"{', '.join(repr(k) for k in oe_paths._PATH_OPTIONS if k != 'auto')} "
-                     "or an opt_einsum PathOptimizer")
-
-
-def fallbacks(n_operands: int) -> list[str]:
-    """Searches to try where the chosen one finds no order within the memory limit."""
-    return [name for name, most in (("dp", LIMIT_DP_MAX), ("branch-2", LIMIT_BRANCH_MAX))
-            if 2 < n_operands <= most]
-
-
-def search(fn, m: Merged, memory_limit: int | None) -> Steps | None:
-    """Run one path search; None where it finds no order under ``memory_limit``."""
-    if len(m.terms) <= 2:
-        path = [tuple(range(len(m.terms)))]
-    else:
-        try:
-            path = fn([set(t) for t in m.terms], set(m.output), m.sizes, memory_limit)
-        except RuntimeError:  # dynamic programming: nothing fits the limit
-            return None
-    return play(m.terms, m.output, m.sizes, path)
 
 
 # ------------------------------------------------------------------------------------- pass
@@ -93,10 +48,11 @@ def search(fn, m: Merged, memory_limit: int | None) -> Steps | None:
 
 def user_cost(G, group: list[int], written=None) -> tuple[int, int, int]:
     """FLOPs, largest intermediate and elements written (elements) of ``group`` as the user
-    wrote it; a multi-operand einsum counts along its ``path`` attr, else left to right
-    (``written``: that order's ``left_to_right_cost`` already counted, for a group of one
-    einsum)."""
-    if written is not None and len(group) == 1 and not G._node[group[0]]["attrs"].get("path"):
+    wrote it; a multi-operand einsum counts along the path of the contraction it holds, else
+    left to right (``written``: that order's ``left_to_right_cost`` already counted, for a
+    group of one einsum)."""
+    if written is not None and len(group) == 1 and \
+            "contraction" not in G._node[group[0]]["attrs"]:
         return written        # (its FLOPs are what counting the node's finds: the same rule)
     flops = sum(cost.node_flops(G, n) for n in group)
     largest = max((math.prod(G.nodes[n]["shape"]) for n in group[1:]), default=0)
@@ -106,14 +62,14 @@ def user_cost(G, group: list[int], written=None) -> tuple[int, int, int]:
         if d["op"] == "einsum" and G.in_degree(n) > 2:
             eq = d["attrs"]["equation"]
             ins, out = einsum_mod.split(eq)
-            sizes = label_sizes(eq, [G.nodes[u]["shape"] for u in ir.operands(G, n)])
-            path = d["attrs"].get("path")
-            if path:
-                s = play(ins, out, sizes, path)
+            held = d["attrs"].get("contraction")
+            if held is not None:
+                s = play(ins, out, held.sizes, held.path)
                 big, wrote = s.largest, s.write
             else:
                 _, big, wrote = (written if written is not None and len(group) == 1 else
-                                 left_to_right_cost(ins, out, sizes))
+                                 cost.written_order_cost(eq, tuple(
+                                     tuple(G._node[u]["shape"]) for u in ir.operands(G, n))))
             largest = max(largest, big)
             write += wrote
         else:
@@ -121,44 +77,52 @@ def user_cost(G, group: list[int], written=None) -> tuple[int, int, int]:
     return flops, largest, write
 
 
-def _emit_pairwise(H, m: Merged, steps: Steps, operands: list[int], src) -> int:
-    items = list(operands)
+def _emit_pairwise(H, m: Merged, steps: Steps, operands: list[int], src, rates) -> list:
+    """One einsum node per step of ``steps``, each with its contraction; the nodes made, in
+    order (the last computes the group's result)."""
+    items, made = list(operands), []
     for inds, picked, result in steps.steps:
         args = [items[i] for i in inds]
         for i in reversed(inds):
             items.pop(i)
         eq = einsum_mod.first_use_equation(picked, result)
-        items.append(ir.add_op(H, "einsum", args, {"equation": eq}, src=src))
-    return items[0]
+        new = ir.add_op(H, "einsum", args, {"equation": eq}, src=src)
+        H.nodes[new]["attrs"]["contraction"] = Contraction.of_node(H, new, rates)
+        items.append(new)
+        made.append(new)
+    return made
 
 
 def _size(elements: int, itemsize: int) -> dict:
     return {"elements": int(elements), "bytes": int(elements) * itemsize}
 
 
-def _unconstrained(fn, m: Merged, ctx) -> tuple[Steps | None, dict | None]:
+def _unconstrained(m: Merged, ctx) -> tuple[Steps | None, dict | None]:
     """The chosen search's path without a memory limit, and the anytime search's record.
     Under ``memory_limit`` the anytime search gets ``LIMITED_UNSLICED_SHARE`` of a
     ``path_time`` the user set: a group that must be sliced is searched again with its
     slices (the slicing pass), within what this search left."""
-    if fn is ANYTIME and len(m.terms) > 2:
-        budget = ctx.options.get("path_time")
-        if budget is not None and ctx.memory_limit is not None:
-            budget = budget * search_budget.LIMITED_UNSLICED_SHARE
-        return path_search.find_path(m.terms, m.output, m.sizes, time_budget=budget,
-                                     cache=ctx.options.get("path_cache", True),
-                                     combo_rate=ctx.combo_rate)
-    return search(fn, m, None), None
+    budget = ctx.options.get("path_time")
+    if budget is not None and ctx.memory_limit is not None:
+        budget = budget * search_budget.LIMITED_UNSLICED_SHARE
+    return best_path(m.terms, m.output, m.sizes, ctx.optimize, budget,
+                     ctx.options.get("path_cache", True), ctx.rates.combo)
 
 
-def _needs_slicing(m: Merged, rec: dict, free: Steps | None, written, itemsize: int,
-                   memory_limit: int, limit: int) -> Steps:
-    """One multi-operand node along the cheaper of the unconstrained path and the written
-    order (``written``: its ``left_to_right_cost``, or None), for the slicing pass."""
+def _one_node_path(m: Merged, free: Steps | None, written) -> Steps:
+    """The path of a group kept as one node for the slicing pass to bound: the cheaper of
+    the unconstrained path and the written order (``written``: its ``left_to_right_cost``,
+    or None)."""
     written = written or left_to_right_cost(m.terms, m.output, m.sizes)
     best = free
     if best is None or combo_cost(written[0], written[2]) < best.combo:
         best = play(m.terms, m.output, m.sizes, left_to_right(len(m.terms)))
+    return best
+
+
+def _needs_slicing(m: Merged, rec: dict, best: Steps, itemsize: int, memory_limit: int,
+                   limit: int) -> Steps:
+    """One multi-operand node along ``best`` (``_one_node_path``), for the slicing pass."""
     rec.update(decision="needs slicing", path=best.path, flops_after=best.flops,
                largest_intermediate_after=_size(best.largest, itemsize),
                reason=f"no pairwise order keeps every intermediate within "
@@ -167,9 +131,10 @@ def _needs_slicing(m: Merged, rec: dict, free: Steps | None, written, itemsize: 
     return Steps(best.path, whole, best.flops, best.largest, False, best.write)
 
 
-def _plan_group(G, group: list[int], ctx) -> tuple[Merged, dict, Steps | None]:
-    """Decide what to do with one group: ``(merged, record, steps)``; ``steps`` is None where
-    the user's nodes stay. Candidates are compared by ``Steps.combo`` (FLOPs plus 64 per
+def _plan_group(G, group: list[int], ctx) -> tuple[Merged, dict, Steps | None, Steps | None]:
+    """Decide what to do with one group: ``(merged, record, steps, whole)``; ``steps`` is
+    None where the user's nodes stay; ``whole``, under ``memory_limit``, the path it takes
+    as one node (``_one_node_path``). Candidates are compared by ``Steps.combo`` (FLOPs plus 64 per
     element written); the user's pairwise nodes win ties."""
     root = group[0]
     d = G.nodes[root]
@@ -185,7 +150,7 @@ def _plan_group(G, group: list[int], ctx) -> tuple[Merged, dict, Steps | None]:
     user_flops, user_largest, user_write = user_cost(G, group, ltr)
     user_combo = combo_cost(user_flops, user_write)
     fn, name = optimizer_for(ctx.optimize, len(m.terms))
-    free, search_rec = _unconstrained(fn, m, ctx)
+    free, search_rec = _unconstrained(m, ctx)
     if search_rec is not None:
         name = search_rec["searcher"]
 
@@ -205,7 +170,7 @@ def _plan_group(G, group: list[int], ctx) -> tuple[Merged, dict, Steps | None]:
             lim = max(limit, math.prod(d["shape"]))
         elif f is oe_paths.greedy and len(m.terms) > LIMIT_GREEDY_MAX:
             return free
-        return search(f, m, lim)
+        return search(f, m.terms, m.output, m.sizes, lim)
 
     found = attempt(fn)
     if limit is not None and not fits(found):
@@ -227,9 +192,11 @@ def _plan_group(G, group: list[int], ctx) -> tuple[Merged, dict, Steps | None]:
         rec["search"] = search_rec
     if len(m.terms) > 2:   # the anytime search started from greedy: it has the figure
         rec["flops_greedy"] = ((search_rec or {}).get("greedy_flops") or
-                               search(oe_paths.greedy, m, None).flops)
+                               search(oe_paths.greedy, m.terms, m.output, m.sizes,
+                                      None).flops)
     if not cands:  # nothing pairwise fits the limit: one multi-operand node, sliced later
-        return m, rec, _needs_slicing(m, rec, free, ltr, itemsize, ctx.memory_limit, limit)
+        whole = _one_node_path(m, free, ltr)
+        return m, rec, _needs_slicing(m, rec, whole, itemsize, ctx.memory_limit, limit), whole
     _, _, steps = min(cands, key=lambda c: c[:2])
     if steps == "written":
         steps = play(m.terms, m.output, m.sizes, left_to_right(len(m.terms)))
@@ -242,7 +209,7 @@ def _plan_group(G, group: list[int], ctx) -> tuple[Merged, dict, Steps | None]:
                       f"{limit} elements (the user's largest is {user_largest})")
         rec.update(decision="kept user order", reason=reason, flops_after=user_flops,
                    largest_intermediate_after=rec["largest_intermediate_before"])
-        return m, rec, None
+        return m, rec, None, None
     flops = steps.flops
     if not user_fits:
         reason = (f"the user's order exceeds the memory limit ({user_largest} > {limit} "
@@ -254,62 +221,146 @@ def _plan_group(G, group: list[int], ctx) -> tuple[Merged, dict, Steps | None]:
         reason = f"{flops} FLOPs, as the user's multi-operand einsum, now pairwise"
     rec.update(decision="reordered", reason=reason, flops_after=flops, path=steps.path,
                largest_intermediate_after=_size(steps.largest, itemsize))
-    return m, rec, steps
+    whole = _one_node_path(m, free, ltr) if limit is not None and len(m.terms) > 2 else None
+    return m, rec, steps, whole
+
+
+def _pairwise_peak_bytes(H, m: Merged, steps: Steps, made: list[int], ctx) -> int:
+    """The most bytes a group's pairwise nodes ``made`` (one per step of ``steps``) hold at
+    once beside the group's operands and result: the intermediates live at a step, and the
+    workspace the backend predicts its kernel allocates (``ctx.workspace_of``)."""
+    current = [0] * len(m.terms)
+    peak, last = 0, len(steps.steps) - 1
+    for k, (inds, _, _) in enumerate(steps.steps):
+        result = 0 if k == last else ir.nbytes(H, made[k])
+        workspace = ctx.workspace_of(H, made[k]) if ctx.workspace_of is not None else 0
+        peak = max(peak, sum(current) + result + workspace)
+        for i in reversed(inds):
+            current.pop(i)
+        current.append(result)
+    return peak
+
+
+def _held_around(G, m: Merged, root: int) -> int:
+    """Bytes of the group's operands and result that the plan holds in its arena while it
+    runs (values other nodes compute, and its result unless it is an output)."""
+    outs = set(G.graph["outputs"])
+    held = {u for u in m.operands if G.nodes[u]["op"] not in ("input", "const")
+            and u not in outs}
+    return sum(ir.nbytes(G, u) for u in held) + (0 if root in outs else ir.nbytes(G, root))
+
+
+def _pairwise_over_limit(G, H, group, m: Merged, rec: dict, steps: Steps, made, ctx) -> bool:
+    """Under ``memory_limit``, whether a group of three or more operands just emitted as
+    pairwise nodes ``made`` would hold more at once, with their kernels' workspace, than
+    the limit leaves beside its operands and result (each intermediate fits; together they
+    do not): as one node along its path, the slicing pass bounds what it holds. The
+    reason goes into the group's record."""
+    if ctx.memory_limit is None or len(m.terms) <= 2:
+        return False
+    share = ctx.memory_limit - _held_around(G, m, group[0])
+    held = _pairwise_peak_bytes(H, m, steps, made, ctx)
+    if share <= 0 or held <= share:
+        return False
+    rec["reason"] = rec.get("reason", "") + (
+        f" (one node along its path: as pairwise nodes it would hold {held} bytes at once, "
+        f"over the {share} bytes memory_limit leaves beside its operands and result)")
+    return True
+
+
+def _plan_as_written(H, ctx) -> list[int]:
+    """Give every einsum node of ``H`` without a contraction its own, along the path its
+    contraction already has or ``paths.default_path``; the nodes given one."""
+    planned = []
+    for n, d in H.nodes(data=True):
+        if d["op"] == "einsum" and "contraction" not in d["attrs"]:
+            d["attrs"] = dict(d["attrs"], contraction=Contraction.of_node(H, n, ctx.rates))
+            planned.append(n)
+    return planned
+
+
+def _replace_group(G, H, group, m: Merged, rec: dict, steps: Steps, whole: Steps | None,
+                   operands, ctx) -> int:
+    """Emit ``group`` as ``steps`` into ``H`` (one node along the path, or pairwise nodes;
+    one node along ``whole`` where the pairwise nodes would hold more than the memory limit
+    leaves); the node that now computes its result."""
+    root = group[0]
+    rd = G.nodes[root]
+    one_node = rec["decision"] == "needs slicing" or ctx.whole_contraction
+    if not one_node:
+        made = _emit_pairwise(H, m, steps, operands, rd["src"], ctx.rates)
+        if _pairwise_over_limit(G, H, group, m, rec, steps, made, ctx):
+            H.remove_nodes_from(made)
+            one_node, steps = True, whole
+            itemsize = np.dtype(G.nodes[root]["dtype"]).itemsize
+            rec.update(path=whole.path, flops_after=whole.flops,
+                       largest_intermediate_after=_size(whole.largest, itemsize),
+                       reason=rec["reason"] + f"; as one node, {whole.flops} FLOPs")
+        else:
+            new = made[-1]
+    spent = rec.get("search", {}).get("seconds", 0.0)
+    if one_node:
+        if group == [root] and operands == m.operands:
+            # one einsum stays one node, now with its path: the node itself is kept (its
+            # operand edges, often hundreds, are not rebuilt)
+            new = root
+            H.nodes[root]["attrs"] = dict(H.nodes[root]["attrs"], equation=m.equation)
+        else:
+            new = ir.add_op(H, "einsum", operands, {"equation": m.equation}, src=rd["src"])
+        H.nodes[new]["attrs"]["contraction"] = Contraction.of_node(H, new, ctx.rates,
+                                                                   steps.path)
+        rec["node"] = new
+        rec["emitted"] = "one node along the path"
+        ctx.path_seconds[new] = spent
+        if new == root:
+            return new
+    nd = H.nodes[new]
+    if (nd["shape"], nd["dtype"]) != (rd["shape"], rd["dtype"]):
+        raise GraphError(f"contraction rebuilt {m.equation!r} as {nd['shape']} "
+                         f"{nd['dtype']}, expected {rd['shape']} {rd['dtype']}",
+                         op="einsum", src=rd["src"], node=root)
+    if "name" in rd:
+        nd["name"] = rd["name"]
+    ir.replace_uses(H, root, new)
+    H.remove_nodes_from(group)
+    return new
+
+
+def _kept(H, group: list[int], rates) -> None:
+    """The user's nodes of a group kept as written: each einsum along its own contraction's
+    path, else its written order (left to right: what the pass counted for it)."""
+    for n in group:
+        d = H.nodes[n]
+        if d["op"] == "einsum" and "contraction" not in d["attrs"]:
+            path = left_to_right(H.in_degree(n))
+            d["attrs"] = dict(d["attrs"], contraction=Contraction.of_node(H, n, rates, path))
 
 
 @register_pass("contraction", options=("path_time", "path_cache"))
 def contraction(G: nx.MultiDiGraph, ctx) -> PassResult:
-    """Merge, reorder and re-split einsum groups (see the module docstring).
+    """Give every einsum its contraction, merging and reordering groups at ``opt_level`` 2
+    and above (see the module docstring).
 
     Details: ``flops_before``/``flops_after`` (the whole graph, ``cost.graph_flops``),
     ``largest_intermediate_before``/``_after`` (over the groups, elements and bytes),
     ``path`` (per rewritten group root), ``merged`` (groups rewritten), ``groups`` (one
-    record per group), ``kept_user_order`` and ``needs_slicing``."""
+    record per group), ``kept_user_order``, ``needs_slicing`` and ``planned`` (einsum nodes
+    given a contraction as written: below opt_level 2, or outside every group)."""
     search_budget.check_time_budget(ctx.options.get("path_time"))
     H = ir.copy_graph(G)
     replaced: dict[int, int] = {}
     records = []
-    for group in find_groups(G):
-        m, rec, steps = _plan_group(G, group, ctx)
+    for group in find_groups(G) if ctx.opt_level >= 2 else ():
+        m, rec, steps, whole = _plan_group(G, group, ctx)
         records.append(rec)
         if steps is None:
+            _kept(H, group, ctx.rates)
             continue
-        root = group[0]
-        rd = G.nodes[root]
         operands = [replaced.get(u, u) for u in m.operands]
-        one_node = rec["decision"] == "needs slicing" or ctx.whole_contraction
-        spent = rec.get("search", {}).get("seconds", 0.0)
-        # (``merge`` read a group of one einsum's operands from ``G``: ``m.operands``)
-        if one_node and group == [root] and operands == m.operands:
-            # one einsum stays one node, now with its path: the node itself is kept (its
-            # operand edges, often hundreds, are not rebuilt); verification re-infers it
-            nd = H.nodes[root]
-            nd["attrs"] = dict(nd["attrs"], equation=m.equation, path=steps.path)
-            rec["node"] = root
-            rec["emitted"] = "one node along the path"
-            replaced[root] = root
-            ctx.path_seconds[root] = spent
-            continue
-        if one_node:
-            new = ir.add_op(H, "einsum", operands, {"equation": m.equation, "path": steps.path},
-                            src=rd["src"])
-            rec["node"] = new
-            rec["emitted"] = "one node along the path"
-            ctx.path_seconds[new] = spent
-        else:
-            new = _emit_pairwise(H, m, steps, operands, rd["src"])
-        nd = H.nodes[new]
-        if (nd["shape"], nd["dtype"]) != (rd["shape"], rd["dtype"]):
-            raise GraphError(f"contraction rebuilt {m.equation!r} as {nd['shape']} "
-                             f"{nd['dtype']}, expected {rd['shape']} {rd['dtype']}",
-                             op="einsum", src=rd["src"], node=root)
-        if "name" in rd:
-            nd["name"] = rd["name"]
-        ir.replace_uses(H, root, new)
-        H.remove_nodes_from(group)
-        replaced[root] = new
+        replaced[group[0]] = _replace_group(G, H, group, m, rec, steps, whole, operands, ctx)
     if replaced:
         ir.drop_derived(H)
+    planned = _plan_as_written(H, ctx)
 
     def largest(key):
         best = max(records, key=lambda r: r[key]["bytes"], default=None)
@@ -329,5 +380,6 @@ def contraction(G: nx.MultiDiGraph, ctx) -> PassResult:
                            "memory_limit": ctx.memory_limit,
                            "largest_intermediate": r["largest_intermediate_after"]}
                           for r in records if r["decision"] == "needs slicing"],
+        "planned": planned,
     }
     return PassResult(H, details)

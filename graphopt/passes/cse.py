@@ -35,7 +35,7 @@ from ..ir.core import (
 )
 from .manager import PassResult, register_pass
 
-IGNORED_ATTRS = frozenset({"path", "slices"}) | ir.SOURCE_ATTRS
+IGNORED_ATTRS = frozenset({"contraction"}) | ir.SOURCE_ATTRS
 SIGNED_ZERO_ORDERED = frozenset({"maximum", "minimum"})
 
 

@@ -19,7 +19,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 import networkx as nx
 
 from .. import ir
-from ..contract.search.budget import COMBO_RATE
+from ..contract.rates import HOST_RATES, Rates
 from ..errors import GraphError
 from ..observe import progress
 from ..support.env import env_flag
@@ -67,12 +67,13 @@ class PassContext:
     # The backend may run several slices of a sliced contraction at once (``Backend.
     # slices_at_once``: on host threads); a GPU runs them one after another on its stream.
     slices_at_once: bool = True
-    # Combo cost (FLOPs plus bytes written) the backend runs a second (``Backend.combo_rate``):
-    # the default path-search budget follows the run time it gives a path
-    combo_rate: float = COMBO_RATE
-    # Bytes of ``memory_limit`` kept for the largest step workspace: ``compile`` sets it to
-    # what a first plan's steps reported when that plan's arena fit but its peak did not.
-    workspace_reserve: int = 0
+    # The backend's rate table (``Backend.rates``): each contraction step's form, the path
+    # search's default budget, a sliced path's predicted seconds
+    rates: Rates = HOST_RATES
+    # What each node's kernel will allocate beside the arena while it runs, as the backend
+    # predicts it (``Backend.workspace_bytes``): the ``rematerialize`` pass keeps the largest
+    # free of the arena it plans
+    workspace_of: Callable | None = field(default=None, repr=False)
     # ``cost.graph_flops`` of this compile's graphs, by identity (each graph held with its
     # count, so no id is reused): the contraction pass and the report count the same ones
     counted_flops: dict = field(default_factory=dict, repr=False)
@@ -125,8 +126,8 @@ def get_pass(name: str) -> Callable:
 # Pipelines by opt_level. Names resolve through the registry at run time, so a user can
 # register a replacement under a built-in name.
 PIPELINES: dict[int, list[str]] = {
-    0: [],
-    1: ["simplify", "cse", "dce"],
+    0: ["contraction"],
+    1: ["simplify", "cse", "dce", "contraction"],
     2: ["simplify", "cse", "dce", "contraction", "slicing", "simplify", "cse", "dce",
         "fusion", "tiling", "schedule", "rematerialize", "memory"],
     3: ["simplify", "cse", "dce", "contraction", "slicing", "simplify", "cse", "dce",

@@ -1,8 +1,8 @@
 """``rematerialize``: under ``memory_limit``, recompute values instead of keeping them alive.
 
 Runs after ``schedule`` and before ``memory``. Where the arena the memory pass would plan
-for the execution order exceeds the budget (``memory_limit`` less ``ctx.workspace_reserve``,
-the largest step workspace the backend reported on a first try), values held across the
+for the execution order exceeds the budget (``memory_limit`` less the largest workspace a
+step's kernel will allocate, ``workspace_reserve``), values held across the
 peak are *evicted*: the users before the peak read the value as computed, the users after it
 read a copy recomputed just before the first of them, from the operands live then (an
 operand evicted too is recomputed first, once, and kept for its own later users: a segment
@@ -216,6 +216,18 @@ def arena_bytes(H: nx.MultiDiGraph) -> int:
     return assign_arena_offsets(intervals, sizes, find_inplace(H, order, intervals, sizes))[1]
 
 
+def workspace_reserve(G: nx.MultiDiGraph, ctx) -> int:
+    """The bytes of ``memory_limit`` kept free of the arena: the largest workspace a step's
+    kernel will allocate beside it (``ctx.workspace_of``, the backend's prediction), unless
+    that alone reaches the limit (no arena then helps: compile refuses the plan, naming the
+    step)."""
+    if ctx.workspace_of is None:
+        return 0
+    most = max((ctx.workspace_of(G, n) for n, d in G.nodes(data=True)
+                if d["op"] not in ("input", "const")), default=0)
+    return most if most < ctx.memory_limit else 0
+
+
 @register_pass("rematerialize")
 def rematerialize(G: nx.MultiDiGraph, ctx) -> PassResult:
     """Recompute values rather than hold them where the arena would exceed the budget.
@@ -226,7 +238,7 @@ def rematerialize(G: nx.MultiDiGraph, ctx) -> PassResult:
     cost), ``extra_flops``."""
     if ctx.memory_limit is None:
         return PassResult(G, {})
-    budget = max(int(ctx.memory_limit) - ctx.workspace_reserve, 0)
+    budget = max(int(ctx.memory_limit) - workspace_reserve(G, ctx), 0)
     before = arena_bytes(G)
     details = {"budget_bytes": budget, "arena_before": before, "arena_after": before,
                "met": before <= budget, "recomputed": [], "moved": [], "extra_flops": 0}

@@ -47,6 +47,7 @@ import networkx as nx
 import numpy as np
 
 from .. import ir
+from ..contract.contraction import Contraction
 from ..errors import GraphError
 from ..ir import einsum as einsum_mod
 from ..ir import ops
@@ -97,6 +98,9 @@ class _Run:
         for k, u in enumerate(args):
             H.add_edge(u, n, arg=k)
         H.nodes[n]["op"], H.nodes[n]["attrs"] = op, attrs
+        if op == "einsum" and "contraction" in attrs:
+            # the contraction follows its node: along its path, over the new operands
+            H.nodes[n]["attrs"] = dict(attrs, contraction=Contraction.of_node(H, n))
         self.prune(old)
 
     def replace(self, n: int, m: int) -> None:
@@ -233,10 +237,8 @@ def _einsum_relabel(r: _Run, n: int) -> str | None:
         return None
     mapping = dict(zip(eq, new))
     attrs = dict(d["attrs"], equation=new)
-    if "slices" in attrs:  # labels to loop over: they follow the renaming
-        s = attrs["slices"]
-        attrs["slices"] = "".join(mapping[c] for c in s) if isinstance(s, str) else \
-            type(s)(mapping[c] for c in s)
+    if "contraction" in attrs:  # its labels (the sliced ones too) follow the renaming
+        attrs["contraction"] = attrs["contraction"].relabeled(mapping)
     d["attrs"] = attrs
     return "einsum_relabel"
 

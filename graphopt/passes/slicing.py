@@ -45,8 +45,9 @@ import networkx as nx
 import numpy as np
 
 from .. import ir
+from ..contract.contraction import Contraction
 from ..contract.paths import default_path, label_sizes, play
-from ..contract.search.budget import COMBO_RATE
+from ..contract.rates import HOST_RATES, Rates
 from ..contract.search.searchers import reordered_for_peak
 from ..contract.slicing.labels import fit_slices
 from ..contract.slicing.path_search import search_sliced_path
@@ -57,16 +58,15 @@ from ..runtime import threads
 from .manager import PassResult, register_pass
 
 
-def node_path(G: nx.MultiDiGraph, n: int, optimize="greedy") -> list[tuple[int, ...]]:
-    """The contraction path node ``n`` runs along: its ``path`` attr, else opt_einsum's."""
-    d = G.nodes[n]
-    if d["attrs"].get("path"):
-        return [tuple(p) for p in d["attrs"]["path"]]
+def _default_path(G, n: int, optimize) -> list[tuple[int, ...]]:
+    """opt_einsum's path for node ``n`` by ``optimize`` where opt_einsum takes it, else its
+    greedy one (``paths.default_path``)."""
+    eq = G.nodes[n]["attrs"]["equation"]
     shapes = [G.nodes[u]["shape"] for u in ir.operands(G, n)]
     try:
-        return default_path(d["attrs"]["equation"], shapes, optimize=optimize)
+        return default_path(eq, shapes, optimize=optimize)
     except (TypeError, ValueError, KeyError):  # an optimize opt_einsum does not take here
-        return default_path(d["attrs"]["equation"], shapes)
+        return default_path(eq, shapes)
 
 
 # Slices cut for running several at once may cost this much more FLOPs than slices cut for
@@ -91,7 +91,7 @@ def held_around(G: nx.MultiDiGraph, n: int) -> int:
 
 
 def _slice_node(G, n, limit: int, optimize, budget: int = 1, options=None,
-                spent: float = 0.0, combo_rate: float = COMBO_RATE) -> dict | None:
+                spent: float = 0.0, rates: Rates = HOST_RATES) -> dict | None:
     """The slicing record of node ``n`` (None where its path already runs within its share
     of ``limit``; see the module docstring).
 
@@ -103,13 +103,15 @@ def _slice_node(G, n, limit: int, optimize, budget: int = 1, options=None,
     search of this node)."""
     options = options or {}
     d = G.nodes[n]
-    eq, dtype = d["attrs"]["equation"], d["dtype"]
-    operands = ir.operands(G, n)
-    shapes = [G.nodes[u]["shape"] for u in operands]
-    dtypes = [G.nodes[u]["dtype"] for u in operands]
+    held = d["attrs"].get("contraction")
+    if held is None:      # (a pipeline without the contraction pass: ``optimize``'s path)
+        held = Contraction.of_node(G, n, rates, _default_path(G, n, optimize))
+    elif held.table is not rates:
+        held = Contraction.of_node(G, n, rates)
+    eq, dtype = held.equation, held.dtype
+    shapes, dtypes, path = list(held.shapes), list(held.operand_dtypes), list(held.path)
     share = limit - held_around(G, n)
-    path = node_path(G, n, optimize)
-    whole = contraction_workspace_bytes(eq, shapes, path, (), None, dtype, 1, dtypes)
+    whole = held.workspace_bytes
     if whole <= share:
         return None
     # the same contractions in another order may hold fewer intermediates at once: free,
@@ -118,7 +120,7 @@ def _slice_node(G, n, limit: int, optimize, budget: int = 1, options=None,
     sizes = label_sizes(eq, shapes)
     reordered = reordered_for_peak(terms, output, sizes, path)
     if reordered != path:
-        fewer = contraction_workspace_bytes(eq, shapes, reordered, (), None, dtype, 1, dtypes)
+        fewer = Contraction.of_node(G, n, rates, reordered).workspace_bytes
         if fewer < whole:
             path, whole = reordered, fewer
             if whole <= share:
@@ -139,7 +141,7 @@ def _slice_node(G, n, limit: int, optimize, budget: int = 1, options=None,
             new_path, plan, _, searched = search_sliced_path(
                 eq, shapes, dtype, share, path, found, 1, dtypes,
                 time_budget=None if path_time is None else max(0.0, path_time - spent),
-                cache=options.get("path_cache", True), combo_rate=combo_rate)
+                cache=options.get("path_cache", True), combo_rate=rates.combo)
         except GraphError:
             raise refusal from None
     except GraphError as e:
@@ -165,10 +167,10 @@ def _slice_node(G, n, limit: int, optimize, budget: int = 1, options=None,
             workers_p = _workers(eq, shapes, path_p, plan_p, dtype, dtypes, share, budget)
             if workers_p > workers:
                 new_path, plan, workers = path_p, plan_p, workers_p
-    ws = contraction_workspace_bytes(eq, shapes, new_path, plan.labels, plan.blocks, dtype,
-                                     workers, dtypes)
+    sliced = held.sliced(plan.labels, plan.blocks, workers, rates, new_path)
     return {"node": n, "equation": eq, "path": new_path, "src": d.get("src"), **plan.to_dict(),
-            "slice_workers": workers, "predicted_peak_bytes": ws, "path_search": searched}
+            "slice_workers": workers, "predicted_peak_bytes": sliced.workspace_bytes,
+            "path_search": searched, "contraction": sliced}
 
 
 def _workers(eq, shapes, path, plan, dtype, dtypes, share: int, budget: int) -> int:
@@ -204,19 +206,18 @@ def slicing(G: nx.MultiDiGraph, ctx) -> PassResult:
             if ctx.slices_at_once else 1
         for n in candidates:
             rec = _slice_node(G, n, int(limit), ctx.optimize, budget, ctx.options,
-                              ctx.path_seconds.get(n, 0.0), ctx.combo_rate)
+                              ctx.path_seconds.get(n, 0.0), ctx.rates)
             if rec is None:
                 continue
-            attrs = dict(H.nodes[n]["attrs"], path=[tuple(p) for p in rec["path"]])
             if rec["slices"]:
-                attrs.update(slices=list(rec["slices"]), slice_blocks=list(rec["slice_blocks"]),
-                             slice_workers=rec["slice_workers"])
+                value = rec.pop("contraction")
                 records.append(rec)
             else:  # the path reordered, or searched again, fits without slicing
+                value = Contraction.of_node(G, n, ctx.rates, rec["path"])
                 repathed.append({"node": n, "path": rec["path"],
                                  "reordered": rec.get("reordered", False),
                                  "largest_intermediate_bytes": rec["largest_intermediate_bytes"]})
-            H.nodes[n]["attrs"] = attrs
+            H.nodes[n]["attrs"] = dict(H.nodes[n]["attrs"], contraction=value)
     flops = sum(r["flops"] for r in records)
     unsliced = sum(r["flops_unsliced"] for r in records)
     details = {

@@ -1,6 +1,6 @@
-"""The CPU backend's pairwise einsum nodes (graphopt/backends/cpu_contraction.py): one GEMM
-or np.einsum, each form against NumPy's einsum, and the one rule (``gemm.einsum_is_faster``)
-that the contraction program's steps follow too."""
+"""The CPU backend's pairwise einsum nodes (graphopt/backends/numba/contraction.py): one GEMM
+or np.einsum, each form against NumPy's einsum, and the one rule (``Rates.step_form``, the
+form a ``Contraction`` holds) that the contraction program's steps follow too."""
 
 import math
 
@@ -9,11 +9,22 @@ import pytest
 
 from graphopt.backends import timing
 from graphopt.backends.numba import contraction as cpu_contraction
-from graphopt.contract.program.build import plan_program
-from graphopt.contract.program.gemm import BLAS_DTYPES, SMALL_PAIR_WORK, einsum_is_faster, gemm_plan
+from graphopt.contract.contraction import Contraction
+from graphopt.contract.program.gemm import BLAS_DTYPES, gemm_plan
+from graphopt.contract.program.run import PathContraction
+from graphopt.contract.rates import HOST_RATES, SMALL_PAIR_WORK
 from graphopt.ir.einsum import split
 
 pytest.importorskip("numba")
+
+
+def pair(eq, shapes, dtype):
+    """The host's contraction of a pairwise einsum, as the contraction pass makes it."""
+    return Contraction.build(eq, shapes, dtype, [dtype] * len(shapes), None, HOST_RATES)
+
+
+def candidates(eq, shapes, dtype):
+    return cpu_contraction.contraction_candidates(pair(eq, shapes, dtype))
 
 
 @pytest.mark.parametrize("eq, shapes", [
@@ -35,7 +46,7 @@ def test_every_form_of_a_pairwise_contraction_equals_numpy_einsum(eq, shapes, dt
     if form == "gemm":
         form = "blas-gemm" if dtype in BLAS_DTYPES else "einsum-gemm"
     args = [timing.sample_array(s, dtype, seed=i) for i, s in enumerate(shapes)]
-    run, impl, details, source = cpu_contraction.contraction(eq, shapes, dtype, 2, form)
+    run, impl, details, source = cpu_contraction.contraction(pair(eq, shapes, dtype), 2, form)
     out = np.empty(np.einsum(eq, *args).shape, dtype)
     assert run(args, out) is out
     if dtype == "float16":    # (np.einsum's own float16 sums, in another order)
@@ -55,33 +66,33 @@ def test_every_form_of_a_pairwise_contraction_equals_numpy_einsum(eq, shapes, dt
 ])
 @pytest.mark.parametrize("dtype, gemm", [("float64", "blas-gemm"), ("int32", "einsum-gemm")])
 def test_opt_level_3_keeps_the_faster_form_measured(eq, shapes, dtype, gemm):
-    run, impl, details, _ = cpu_contraction.contraction(eq, shapes, dtype, 3)
+    run, impl, details, _ = cpu_contraction.contraction(pair(eq, shapes, dtype), 3)
     assert set(details["timings_ms"]) == {gemm, "numpy-einsum"}
     assert details["timings_ms"][impl] == min(details["timings_ms"].values())
 
 
 def test_traces_go_to_einsum_and_integer_gemms_to_einsum_matmul():
-    (c,) = cpu_contraction.contraction_candidates("ii,ij->j", [(3, 3), (3, 4)], "float64")
+    (c,) = candidates("ii,ij->j", [(3, 3), (3, 4)], "float64")
     assert c[0] == "numpy-einsum" and "trace or diagonal" in c[1]
-    cands = cpu_contraction.contraction_candidates("ij,jk->ik", [(64, 64), (64, 64)], "int64")
+    cands = candidates("ij,jk->ik", [(64, 64), (64, 64)], "int64")
     assert [c[0] for c in cands] == ["einsum-gemm", "numpy-einsum"]
     assert "no BLAS" in cands[0][1]
     # without BLAS an outer product is a GEMM too (its np.einsum may fill buffers)
-    outer = cpu_contraction.contraction_candidates("ij,kl->ijkl", [(32, 32), (32, 32)], "int8")
+    outer = candidates("ij,kl->ijkl", [(32, 32), (32, 32)], "int8")
     assert outer[0][0] == "einsum-gemm"
-    big = cpu_contraction.contraction_candidates("ij,jk->ik", [(256, 256), (256, 256)],
+    big = candidates("ij,jk->ik", [(256, 256), (256, 256)],
                                                  "float32")
     assert big[0][0] == "blas-gemm" and big[0][2] < big[1][2]
 
 
 def test_small_pairs_and_products_that_sum_nothing_go_to_einsum():
     assert SMALL_PAIR_WORK == 128
-    small = cpu_contraction.contraction_candidates("ij,jk->ik", [(4, 4), (4, 4)], "float64")
+    small = candidates("ij,jk->ik", [(4, 4), (4, 4)], "float64")
     assert [c[0] for c in small] == ["numpy-einsum", "blas-gemm"]
     assert "64 multiply-adds, fewer than 128" in small[0][1]
-    at = cpu_contraction.contraction_candidates("ij,jk->ik", [(4, 4), (4, 8)], "float64")
+    at = candidates("ij,jk->ik", [(4, 4), (4, 8)], "float64")
     assert at[0][0] == "blas-gemm" and "128 multiply-adds" in at[0][1]
-    outer = cpu_contraction.contraction_candidates("ij,kl->ijkl", [(32, 32), (32, 32)],
+    outer = candidates("ij,kl->ijkl", [(32, 32), (32, 32)],
                                                    "float64")
     assert outer[0][0] == "numpy-einsum" and "nothing summed" in outer[0][1]
 
@@ -89,11 +100,15 @@ def test_small_pairs_and_products_that_sum_nothing_go_to_einsum():
 def test_einsum_is_faster_is_the_size_rule_then_the_summed_rule():
     p = gemm_plan("ij,jk->ik", [(8, 8), (8, 8)])
     outer = gemm_plan("ij,kl->ijkl", [(8, 8), (8, 8)])
-    assert einsum_is_faster(SMALL_PAIR_WORK - 1) and not einsum_is_faster(SMALL_PAIR_WORK)
-    assert not einsum_is_faster(512, p) and einsum_is_faster(4096, outer)
-    assert einsum_is_faster(64, p)
+    faster = HOST_RATES.einsum_is_faster
+    assert faster(SMALL_PAIR_WORK - 1) and not faster(SMALL_PAIR_WORK)
+    assert not faster(512, p) and faster(4096, outer)
+    assert faster(64, p)
     # without BLAS: the size rule alone
-    assert not einsum_is_faster(4096, outer, blas=False) and einsum_is_faster(64, p, False)
+    assert not faster(4096, outer, blas=False) and faster(64, p, False)
+    assert HOST_RATES.step_form(512, p, True) == "gemm"
+    assert HOST_RATES.step_form(4096, outer, True) == "einsum"
+    assert HOST_RATES.step_form(4096, None, True) == "einsum"
 
 
 PAIRS = [("ij,jk->ik", [(n, n), (n, n)]) for n in (2, 4, 5, 6, 16)] + [
@@ -111,9 +126,9 @@ PAIRS = [("ij,jk->ik", [(n, n), (n, n)]) for n in (2, 4, 5, 6, 16)] + [
 def test_a_pairwise_node_and_a_program_step_take_the_same_form(eq, shapes, dtype):
     # the numba backend's pairwise node and the contraction program's step of the same pair
     # read one rule: GEMM or np.einsum alike
-    node = cpu_contraction.contraction_candidates(eq, shapes, dtype)[0][0]
+    node = candidates(eq, shapes, dtype)[0][0]
     terms, out = split(eq)
-    (step,) = plan_program(terms, out, [(0, 1)], shapes, dtype).steps
+    (step,) = PathContraction(eq, [(0, 1)]).program(shapes, dtype).steps
     assert (step.gemm is not None) == (node in ("blas-gemm", "einsum-gemm")), (node, step)
     work = math.prod({c: d for t, s in zip(terms, shapes) for c, d in zip(t, s)}.values())
     if node == "blas-gemm":

@@ -25,10 +25,11 @@ from graphopt.analysis.fused import node_subgraph
 from graphopt.backends.cupy import codegen as cg
 from graphopt.backends.cupy.kernels.contractions import (
     contraction_candidates,
-    contraction_estimates,
 )
 from graphopt.backends.cupy.kernels.cublas import Cublas
-from graphopt.contract.program.gemm import gemm_plan, run_gemm, view_is_free
+from graphopt.contract.contraction import Contraction
+from graphopt.contract.program.gemm import gemm_plan, run_gemm, transpose_copy_bytes, view_is_free
+from graphopt.contract.rates import DEVICE_RATES
 from graphopt.ir.einsum import parse as einsum_parse
 from graphopt.ir.interpreter import run_graph
 from graphopt.testing import graphs, inputs_for
@@ -215,8 +216,8 @@ def test_gemm_plan_matches_numpy_einsum(eq, shapes, rng):
     out = np.empty(einsum_parse(eq, shapes).output_shape)
     run_gemm(np, p, a, b, out)
     np.testing.assert_allclose(out, np.einsum(eq, a, b), rtol=1e-12, atol=1e-12)
-    est = contraction_estimates(p, shapes, 8)
-    assert est["cublas-gemm"] > 0 and est["copy_bytes"] >= 0
+    assert DEVICE_RATES.gemm_seconds(p, "float64", True,
+                                     transpose_copy_bytes(p, shapes, 8)) > 0
 
 
 def _colmajor(x, op, ld):
@@ -248,14 +249,22 @@ def test_cublas_layout_refuses_general_strides(rng):
     assert Cublas._layout(rng.standard_normal((6, 8))[::2, ::2]) is None
 
 
-def test_contraction_candidates_follow_the_cost_model():
-    first = lambda eq, shapes: contraction_candidates(eq, shapes, "float32")[0][0]  # noqa: E731
+def _device_contraction(eq, shapes, dtype="float32"):
+    return Contraction.build(eq, shapes, dtype, [dtype] * len(shapes), None, DEVICE_RATES)
+
+
+def test_contraction_candidates_follow_the_device_s_form():
+    first = lambda eq, shapes: contraction_candidates(  # noqa: E731
+        _device_contraction(eq, shapes))[0][0]
     assert first("ij,jk->ik", [(64, 32), (32, 16)]) == "cublas-gemm"
+    # on a device every pair that maps onto a GEMM is one, however small or outer
+    assert first("ij,jk->ik", [(2, 2), (2, 2)]) == "cublas-gemm"
+    assert first("ij,kl->ijkl", [(2, 3), (4, 5)]) == "cublas-gemm"
     assert first("ii,ij->j", [(3, 3), (3, 4)]) == "cupy-einsum"
     assert first("ij,jk,kl->il", [(2, 3), (3, 4), (4, 5)]) == "opt_einsum-pairwise"
-    est = contraction_estimates(gemm_plan("ijk,kl->lji", [(8, 9, 10), (10, 11)]),
-                                [(8, 9, 10), (10, 11)], 4)
-    assert est["copy_bytes"] > 0 and est["cublas-gemm"] <= est["cupy-einsum"]
+    c = _device_contraction("ijk,kl->lji", [(8, 9, 10), (10, 11)])
+    assert c.forms == ("gemm",) and c.device
+    assert [impl for impl, _ in contraction_candidates(c)] == ["cublas-gemm", "cupy-einsum"]
 
 
 def test_gemm_plan_refuses_diagonals():

@@ -57,12 +57,15 @@ def test_different_contractions_stay_apart():
     assert len({H.graph["outputs"][k] for k in range(4)}) == 3
 
 
-def test_einsum_path_attr_does_not_block_a_merge():
+def test_an_einsum_s_contraction_does_not_block_a_merge():
+    # how an einsum runs (its contraction: path, forms, slices) is not what it computes
+    from graphopt.contract.contraction import Contraction
+
     g, a, b = two_inputs()
     g.output((go.einsum("ij,jk->ik", a, b), go.einsum("ij,jk->ik", a, b)))
     G = g.to_ir()
     first, second = G.graph["outputs"]
-    G.nodes[second]["attrs"]["path"] = [(0, 1)]
+    G.nodes[second]["attrs"]["contraction"] = Contraction.of_node(G, second)
     H, merged = run(G)[1:]
     assert merged == [(first, second)]
     assert H.graph["outputs"] == [first, first]

@@ -73,7 +73,7 @@ def test_compiled_network_runs_sliced_within_the_limit_and_equals_unsliced():
     g = network_graph(eq, bond)
     inputs = network_inputs(eq, bond)
     unsliced = go.compile(g, backend="numpy", cache=False)
-    assert "slices" not in unsliced.graph.nodes[unsliced.steps[0].node]["attrs"]
+    assert not unsliced.graph.nodes[unsliced.steps[0].node]["attrs"]["contraction"].slices
     limit = unsliced.predicted_peak_bytes // 4
     plan = go.compile(g, backend="numpy", memory_limit=limit, cache=False)
     rec = plan.report["slicing"].details
@@ -84,7 +84,7 @@ def test_compiled_network_runs_sliced_within_the_limit_and_equals_unsliced():
     assert sliced["n_slices"] > 1 and rec["flop_overhead"] >= 1.0
     assert rec["slices"] == {str(sliced["node"]): sliced["slices"]}
     node = plan.graph.nodes[sliced["node"]]
-    assert node["attrs"]["slices"] == sliced["slices"]
+    assert list(node["attrs"]["contraction"].slices) == sliced["slices"]
     assert plan.steps[0].kernel.impl == "numpy-sliced"
     np.testing.assert_allclose(plan(**inputs), reference(eq, inputs), rtol=1e-9)
     np.testing.assert_allclose(plan(**inputs), unsliced(**inputs), rtol=1e-9)
@@ -126,8 +126,9 @@ def test_a_backend_that_runs_slices_one_after_another_gets_slices_for_one():
         ctx = PassContext(memory_limit=limit, options={"threads": 2},
                           slices_at_once=at_once)
         H = slicing(contraction_pass(G, ctx).graph, ctx).graph
-        (n,) = [m for m in H if H.nodes[m]["attrs"].get("slices")]
-        assert H.nodes[n]["attrs"]["slice_workers"] == workers
+        (n,) = [m for m in H if H.nodes[m]["op"] == "einsum" and
+                H.nodes[m]["attrs"]["contraction"].slices]
+        assert H.nodes[n]["attrs"]["contraction"].workers == workers
 
 
 def test_slices_run_one_at_a_time_where_two_at_once_do_not_fit():

@@ -147,7 +147,7 @@ def test_cse_and_dce_invariants(g):
 def test_compile_opt_level_1_matches_interpreter(g, data):
     inputs = data.draw(inputs_for(g))
     plan = go.compile(g, backend="numpy", opt_level=1, cache=False)
-    assert [r.name for r in plan.report.records] == ["simplify", "cse", "dce"]
+    assert [r.name for r in plan.report.records] == ["simplify", "cse", "dce", "contraction"]
     assert_plan_matches_interpreter(g, plan, inputs)
 
 

@@ -29,6 +29,7 @@ import numpy as np
 
 from ... import ir
 from ...analysis.fused import node_subgraph, runs_along_path
+from ...contract.rates import DEVICE_RATES
 from ...errors import GraphError
 from ...runtime.kernel import Kernel
 from ..base import Backend, register_backend
@@ -86,11 +87,8 @@ class CupyBackend(Backend):
     # (``path_kernel``); its slices run one after another on the stream
     runs_contraction_paths = True
     slices_at_once = False
-    # the default path-search budget follows a path's run time here: an H200 ran a 64-tensor
-    # complex128 lattice's 3.2e11 combo cost in 28 ms (1.1e13 a second; benchmarks/
-    # gpu_networks.py), where the host's rate gave it 20 s of search. Conservative, as the
-    # host's is: smaller networks run at a fraction of it (per-step launches)
-    combo_rate = 2e12
+    # a device's rates: every GEMM-shaped pair a GEMM, the path search sized to the GPU
+    rates = DEVICE_RATES
 
     def __init__(self, **options):
         super().__init__(**options)
@@ -264,8 +262,8 @@ class CupyBackend(Backend):
     def _einsum_stage(self, s, ctx):
         """One contraction: ``(run, impl, details, source)``."""
         shapes = [o.shape for o in s.operands]
-        eq, dtype, path = s.equation, s.dtype, s.path
-        cands = contraction_candidates(eq, shapes, dtype)
+        eq, dtype, path = s.equation, s.dtype, s.contraction.path
+        cands = contraction_candidates(s.contraction)
         impl, reason = cands[0]
         info = {"contraction": impl, "reason": reason}
         if ctx.opt_level >= 3 and len(cands) > 1:

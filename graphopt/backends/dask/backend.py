@@ -110,7 +110,7 @@ def _chunk_bytes(options) -> int | None:
 def _impl_name(G, n) -> str:
     d = G.nodes[n]
     if d["op"] == "einsum":
-        return "dask-sliced" if d["attrs"].get("slices") else "dask-einsum"
+        return "dask-sliced" if d["attrs"]["contraction"].slices else "dask-einsum"
     if d["op"] == "fused":
         return f"dask-blockwise-{d['attrs']['pattern']}"
     return f"dask-{d['op']}"
@@ -120,11 +120,11 @@ def _describe(G, n) -> str:
     d = G.nodes[n]
     a = d["attrs"]
     if d["op"] == "einsum":
-        if a.get("slices"):
-            return (f"# one task per slice of {list(a['slices'])} (blocks "
-                    f"{a.get('slice_blocks')}), tree-summed\n"
-                    f"sliced_einsum({a['equation']!r}, path={a.get('path')})")
-        return f"dask.array.einsum({a['equation']!r}, *operands)  # path {a.get('path')}"
+        c = a["contraction"]
+        if c.slices:
+            return (f"# one task per slice of {list(c.slices)} (blocks {list(c.blocks)}), "
+                    f"tree-summed\nsliced_einsum({c.equation!r}, path={list(c.path)})")
+        return f"dask.array.einsum({c.equation!r}, *operands)  # {c.describe()}"
     if d["op"] == "fused":
         members = [a["graph"].nodes[m]["op"] for m in ir.topo_order(a["graph"])
                    if a["graph"].nodes[m]["op"] not in ("input", "const")]

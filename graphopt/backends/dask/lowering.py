@@ -21,7 +21,7 @@ import numpy as np
 from dask.base import tokenize
 from dask.highlevelgraph import HighLevelGraph
 
-from ...contract.paths import default_path, label_sizes, play_path
+from ...contract.paths import play_path
 from ...contract.program.run import PathContraction
 from ...contract.slicing.run import full_slice_shapes, slice_index, slice_ranges
 from ...errors import GraphError
@@ -178,17 +178,16 @@ def pairwise_einsum(equation: str, arrays: list, opts: Options, log: StepLog):
 
 
 def lower_einsum(attrs: dict, args: list, opts: Options, log: StepLog):
-    """An einsum node as dask arrays: pairwise along its path, sliced where it has slices."""
-    eq = attrs["equation"]
-    terms, output = split_equation(eq)
-    sizes = label_sizes(eq, [a.shape for a in args])
-    blocks = attrs.get("slice_blocks") or [1] * len(attrs.get("slices", ()))
-    slices = [(c, b) for c, b in zip(attrs.get("slices", ()), blocks) if sizes.get(c, 0) > 0]
+    """An einsum node as dask arrays along its contraction: pairwise along its path, one
+    task per slice where it has slices."""
+    c = attrs["contraction"]
+    eq, terms, output, sizes = c.equation, c.terms, c.output, c.sizes
+    slices = [(s, b) for s, b in zip(c.slices, c.blocks) if sizes.get(s, 0) > 0]
     if not slices and len(args) <= 2:
         return pairwise_einsum(eq, list(args), opts, log)
-    path = attrs.get("path") or default_path(eq, [a.shape for a in args])
+    path = c.path
     if slices:
-        return sliced_einsum(eq, path, slices, args, opts, log)
+        return sliced_einsum(c, slices, args, opts, log)
     current = list(args)
     for inds, picked, result in play_path(terms, output, path):
         operands = [current[i] for i in inds]
@@ -212,12 +211,11 @@ def _sum_blocks(*parts):
     return out
 
 
-def sliced_einsum(equation: str, path, slices, args: list, opts: Options, log: StepLog):
-    """One task per slice (operands restricted to it, the contraction along ``path``); the
-    partial results of summed labels are added in a tree of fan-in ``split_every``; slices
-    of output labels are the output's chunks."""
-    terms, output = split_equation(equation)
-    sizes = label_sizes(equation, [a.shape for a in args])
+def sliced_einsum(c, slices, args: list, opts: Options, log: StepLog):
+    """One task per slice of contraction ``c`` (operands restricted to it, the contraction
+    along its path and forms); the partial results of summed labels are added in a tree of
+    fan-in ``split_every``; slices of output labels are the output's chunks."""
+    equation, path, terms, output, sizes = c.equation, c.path, c.terms, c.output, c.sizes
     ranges = {c: slice_ranges(sizes[c], b) for c, b in slices}
     outer = [c for c, _ in slices if c in output]
     inner = [c for c, _ in slices if c not in output]
@@ -225,7 +223,7 @@ def sliced_einsum(equation: str, path, slices, args: list, opts: Options, log: S
     token = tokenize(equation, path, slices, *[a.name for a in args])
     name, part_name, sum_name = (f"sliced-einsum-{token}", f"slice-{token}",
                                  f"slice-sum-{token}")
-    contract = PathContraction(equation, path)
+    contract = PathContraction(equation, path, forms=c.forms)
     full = full_slice_shapes(terms, [a.shape for a in args], dict(slices))
     views: dict = {}
 

@@ -25,12 +25,13 @@ from types import MappingProxyType
 import numpy as np
 
 from ...analysis import cost
+from ...contract.rates import HOST_RATES, Rates
 from ...errors import GraphError
 from ...ir import ops
 from ...runtime import threads
 from ...runtime.kernel import Kernel
 from ..base import Backend, register_backend
-from ..numpy_ref import reference_kernel
+from ..numpy_ref import reference_kernel, reference_workspace_bytes
 from ..timing import median_seconds, sample_array
 from .contraction import GEMM_IMPLS, contraction_with_epilogue, einsum_kernel
 from .tiled import tiled_kernel
@@ -71,13 +72,33 @@ class NumbaBackend(Backend):
             return tiled_kernel(G, n, lambda H, m: self.kernel(H, m, ctx),
                                 flops=cost.node_flops(G, n), timing=_tiled_timing(G, n, ctx))
         if d["op"] == "fused":
-            return fused_kernel(G, n, ctx.opt_level, fast_math, forms)
+            return fused_kernel(G, n, ctx.opt_level, fast_math, forms, self.rates)
         if d["op"] == "einsum":
-            return einsum_kernel(G, n, ctx.opt_level, forms["contraction"])
+            return einsum_kernel(G, n, ctx.opt_level, forms["contraction"], self.rates)
         f = ops.UNARY_FUNCS.get(d["op"]) or ops.BINARY_FUNCS.get(d["op"])
         if isinstance(f, np.ufunc):
             return ufunc_kernel(f, n, d)
         return reference_kernel(G, n)
+
+    def workspace_bytes(self, G, n) -> int:
+        return _workspace_bytes(self, G, n)
+
+
+def _workspace_bytes(backend, G, n) -> int:
+    """``NumbaBackend.workspace_bytes``: what each kernel form declares (a fused
+    contraction's, its einsum's; a generated loop, nothing; an op the interpreter runs,
+    ``reference_kernel``'s)."""
+    d = G.nodes[n]
+    if d["op"] == "einsum":
+        return Backend.workspace_bytes(backend, G, n)
+    if d["op"] == "fused":
+        sub = d["attrs"]["graph"]
+        if d["attrs"]["pattern"] != "contraction":
+            return 0
+        return max((Backend.workspace_bytes(backend, sub, m) for m in sub.nodes
+                    if sub.nodes[m]["op"] == "einsum"), default=0)
+    f = ops.UNARY_FUNCS.get(d["op"]) or ops.BINARY_FUNCS.get(d["op"])
+    return 0 if isinstance(f, np.ufunc) else reference_workspace_bytes(G, n)
 
 
 def _tiled_timing(G, n, ctx):
@@ -110,7 +131,8 @@ def kernel_forms(options: dict) -> dict:
     return {k: given.get(k, "auto") for k in KERNEL_FORMS}
 
 
-def fused_kernel(G, n, opt_level: int, fast_math: bool, forms=None) -> Kernel:
+def fused_kernel(G, n, opt_level: int, fast_math: bool, forms=None,
+                 rates: Rates = HOST_RATES) -> Kernel:
     """The generated kernel of fused node ``n`` (or the faster NumPy-blocked form; or the
     form ``forms["fused"]`` pins)."""
     from . import codegen as cg
@@ -143,7 +165,7 @@ def fused_kernel(G, n, opt_level: int, fast_math: bool, forms=None) -> Kernel:
     body, source = k.fn, k.source
     if pattern == "contraction":
         body, impl, cdetails, csource = contraction_with_epilogue(G, n, k, opt_level,
-                                                                  forms["contraction"])
+                                                                  forms["contraction"], rates)
         details["contraction_reason"] = cdetails.pop("reason")   # "reason": the epilogue's
         details.update(cdetails)
         source = f"{csource}\n# then the epilogue, in place on out:\n{k.source}"

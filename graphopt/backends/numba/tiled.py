@@ -21,6 +21,7 @@ import networkx as nx
 import numpy as np
 
 from ... import ir
+from ...contract.contraction import Contraction
 from ...runtime import threads
 from ...runtime.kernel import Kernel
 
@@ -41,7 +42,8 @@ def _block_shape(shape, lead, block) -> tuple:
 
 def block_graph(sub: nx.MultiDiGraph, lead: tuple, block: tuple) -> nx.MultiDiGraph:
     """``sub`` (and its nested fused sub-graphs) with every value indexed by the leading
-    dims ``lead`` re-shaped to ``block``."""
+    dims ``lead`` re-shaped to ``block``; each einsum's contraction planned again for its
+    block (the same path, its forms by the same rates on the block's shapes)."""
     H = nx.MultiDiGraph()
     H.graph.update({k: (list(v) if isinstance(v, list) else v) for k, v in sub.graph.items()})
     for n, d in sub.nodes(data=True):
@@ -52,6 +54,9 @@ def block_graph(sub: nx.MultiDiGraph, lead: tuple, block: tuple) -> nx.MultiDiGr
             nd["attrs"]["graph"] = block_graph(d["attrs"]["graph"], lead, block)
         H.add_node(n, **nd)
     H.add_edges_from(sub.edges(keys=True, data=True))
+    for n, d in H.nodes(data=True):
+        if d["op"] == "einsum" and "contraction" in d["attrs"]:
+            d["attrs"]["contraction"] = Contraction.of_node(H, n)
     ir.verify(H)
     return H
 

@@ -41,6 +41,7 @@ from ...analysis.liveness import assign_arena_offsets, stacked_offsets
 from ...ir.einsum import first_use_equation, split
 from ...ir.einsum_numpy import evaluate, plain_einsum, to_ascii
 from ..paths import label_sizes, play_path
+from ..rates import DEVICE_RATES, host_rates
 from .einsum_bytes import np_einsum_bytes, np_einsum_fills_no_buffer
 from .gemm import (
     BLAS_DTYPES,
@@ -48,7 +49,6 @@ from .gemm import (
     GemmPlan,
     c_strides,
     copies_bytes,
-    einsum_is_faster,
     operand_copies,
     operand_scratch,
     pair_gemm_plan,
@@ -216,35 +216,70 @@ class Program:
              for k, s in enumerate(self.steps)), default=0)
 
 
-def _plan_step(equation: str, in_shapes: tuple, blas: bool, device: bool = False
-               ) -> tuple[str, tuple, GemmPlan | None, dict]:
-    """``(equation to run, result shape, GEMM plan or None, each label's size)`` of one
-    step. On a ``device`` every pair that maps onto a GEMM is one, however small: cuBLAS's
-    call costs microseconds where ``cupy.einsum`` parses its equation in Python first."""
-    terms, result = split(equation)
+def _step_sizes(terms, in_shapes) -> tuple[dict, bool]:
+    """Each label's size in one step over operands of ``in_shapes``, and whether every
+    label has one size throughout (a label of size 1 against a larger size broadcasts, as
+    np.einsum does: its size is the larger)."""
     size: dict = {}
-    uniform = True      # every label of one size throughout
+    uniform = True
     for t, s in zip(terms, in_shapes):
         for c, d in zip(t, s):
             e = size.setdefault(c, d)
             if e != d:
-                # a label of size 1 against a larger size broadcasts, as np.einsum does
                 uniform = False
                 size[c] = 0 if 0 in (e, d) else max(e, d)
+    return size, uniform
+
+
+def _step_gemm(terms, result, size: dict, uniform: bool):
+    """The GEMM a pair step's labels map onto, or None (not a pair, a broadcast label, a
+    repeated label)."""
+    if len(terms) != 2 or not uniform:
+        return None
+    return pair_gemm_plan(terms[0], terms[1], result, size)
+
+
+def _plan_step(equation: str, in_shapes: tuple, form: str
+               ) -> tuple[str, tuple, GemmPlan | None, dict]:
+    """``(equation to run, result shape, GEMM plan or None, each label's size)`` of one
+    step whose ``form`` (``step_forms``) is ``"gemm"`` or ``"einsum"``."""
+    terms, result = split(equation)
+    size, uniform = _step_sizes(terms, in_shapes)
     shape = tuple(map(size.__getitem__, result))
-    plan = None
-    work = math.prod(size.values())
-    if len(terms) == 2 and uniform and (device or not einsum_is_faster(work, blas=blas)):
-        plan = pair_gemm_plan(terms[0], terms[1], result, size)
-        if plan is not None and not device and einsum_is_faster(work, plan, blas):
-            plan = None
+    plan = _step_gemm(terms, result, size, uniform) if form == "gemm" else None
     if plan is None and len(terms) <= 2:
         equation = to_ascii(equation)
     return equation, shape, plan, size
 
 
+def step_forms(terms: Sequence[str], output: str, path, shapes, dtype, rates) -> tuple:
+    """Each step's form along ``path`` for operands of ``shapes`` (a sliced contraction's
+    full slice): ``"gemm"`` where the pair maps onto a GEMM and ``rates.step_form`` gives it
+    one, else ``"einsum"`` (``np.einsum``, or a step of more than two operands). The one
+    rule every contraction step and pairwise einsum node follows."""
+    return _step_forms(tuple(terms), output, tuple(map(tuple, path)),
+                       tuple(map(tuple, shapes)), np.dtype(dtype).name in BLAS_DTYPES, rates)
+
+
+@functools.lru_cache(maxsize=1024)
+def _step_forms(terms: tuple, output: str, path: tuple, shapes: tuple, blas: bool,
+                rates) -> tuple:
+    current = list(shapes)
+    forms = []
+    for inds, picked, result in play_path(terms, output, path):
+        in_shapes = [current[i] for i in inds]
+        for i in reversed(inds):
+            del current[i]
+        eq_terms, eq_result = split(first_use_equation(picked, result))
+        size, uniform = _step_sizes(eq_terms, in_shapes)
+        gemm = _step_gemm(eq_terms, eq_result, size, uniform)
+        forms.append(rates.step_form(math.prod(size.values()), gemm, blas))
+        current.append(tuple(map(size.__getitem__, eq_result)))
+    return tuple(forms)
+
+
 @functools.lru_cache(maxsize=4096)
-def _planned_step(equation: str, in_shapes: tuple, in_strides: tuple, blas: bool,
+def _planned_step(equation: str, in_shapes: tuple, in_strides: tuple, form: str, blas: bool,
                   itemsize: int, device: bool = False
                   ) -> tuple[str, tuple, GemmPlan | None, int, tuple, tuple | None]:
     """``_plan_step`` of one step for operands of element ``in_strides``, with the bytes it
@@ -253,9 +288,10 @@ def _planned_step(equation: str, in_shapes: tuple, in_strides: tuple, blas: bool
     two operands, whose result ``evaluate`` makes; on the host a GEMM's views too,
     ``GEMM_VIEW_BYTES``), the result's element strides, and on the host a GEMM's
     ``operand_copies`` where they are at least ``ARENA_COPY_BYTES`` (their
-    bytes not counted in the first: the program places them), else None. Memoized: the
-    steps of a large network repeat (an MPS's bulk, a circuit's layers)."""
-    equation, shape, plan, size = _plan_step(equation, in_shapes, blas, device)
+    bytes not counted in the first: the program places them), else None. ``device``: the
+    step runs on a GPU, whose memory holds arrays only. Memoized: the steps of a large
+    network repeat (an MPS's bulk, a circuit's layers)."""
+    equation, shape, plan, size = _plan_step(equation, in_shapes, form)
     if plan is None:
         if len(in_shapes) <= 2:
             terms, result = split(equation)
@@ -296,18 +332,22 @@ def squeeze_ones(terms: Sequence[str], output: str, shapes, strides):
             tuple(sizes[c] for c in output))
 
 
-def plan_program(terms: Sequence[str], output: str, path, shapes, dtype,
-                 strides=None, layout_of: Program | None = None,
-                 device: bool = False) -> Program:
+def plan_program(terms: Sequence[str], output: str, path, shapes, dtype, strides=None,
+                 layout_of: Program | None = None, device: bool = False,
+                 forms=None) -> Program:
     """The steps of ``terms -> output`` along ``path`` for operands of ``shapes`` and
     ``dtype`` (all operands promoted to it) and element ``strides`` (default C-contiguous),
     with their intermediates' arena offsets and each step's scratch bytes. ``layout_of``: a
     program of the same path over operands at least as large (a sliced contraction's full
     slice, for a ragged one): its arena and offsets are taken, each intermediate fitting
-    its place (see ``PathContraction.program``). ``device``: the steps run on a GPU
-    (``_plan_step``)."""
+    its place (see ``PathContraction.program``). ``device``: the steps run on a GPU, whose
+    memory holds arrays only. ``forms``: each step's (``step_forms``; None: by the rates of
+    where they run, on these shapes)."""
     blas = np.dtype(dtype).name in BLAS_DTYPES
     itemsize = np.dtype(dtype).itemsize
+    if forms is None:
+        forms = step_forms(terms, output, path, shapes, dtype,
+                           DEVICE_RATES if device else host_rates())
     # each current operand: (shape, element strides, the step that made it or None)
     current = [(tuple(s), c_strides(s), None) for s in shapes] if strides is None else \
         [(tuple(s), tuple(t), None) for s, t in zip(shapes, strides)]
@@ -335,7 +375,8 @@ def plan_program(terms: Sequence[str], output: str, path, shapes, dtype,
             for i in reversed(inds):
                 del current[i]
         eq, shape, plan, held, res_strides, copies = _planned_step(
-            first_use_equation(picked, result), in_shapes, in_strides, blas, itemsize, device)
+            first_use_equation(picked, result), in_shapes, in_strides, forms[k], blas,
+            itemsize, device)
         nbytes = math.prod(shape) * itemsize
         if copies is not None:
             copying[k] = copies

@@ -66,31 +66,6 @@ def gemm_plan(equation: str, shapes) -> GemmPlan | None:
     return pair_gemm_plan(ta, tb, out, size)
 
 
-# A pair contraction of fewer multiply-adds than this runs faster on np.einsum than through
-# ``run_gemm`` (its views and matmul call): measured on the 239 such pair steps of seven
-# networks of benchmarks/networks.py, each timed both ways, 0.59-0.78x the GEMM's time by
-# median per power of two of the work (0.87x at most; at 128-255 medians 0.79-0.81x but up
-# to 1.13x, above 256 up to 2.5x); and on pairwise nodes through the numba backend's
-# kernels, 0.68-1.04x (median 0.85) below 128.
-SMALL_PAIR_WORK = 128
-
-
-def einsum_is_faster(work: int, plan: GemmPlan | None = None, blas: bool = True) -> bool:
-    """Whether ``np.einsum`` runs a pair contraction of ``work`` multiply-adds (the product
-    of its labels' sizes) faster than GEMM ``plan``: below ``SMALL_PAIR_WORK``, or where
-    the GEMM would sum nothing (K = 1: an outer or broadcast product, which np.einsum
-    writes up to 3x faster than batched GEMMs of K = 1 in float64, level in complex).
-    Without ``blas`` (a dtype BLAS does not multiply: the GEMM's product is
-    ``einsum_matmul``'s) below ``SMALL_PAIR_WORK`` only: from 2048 multiply-adds the GEMM
-    took 0.4-0.67x np.einsum's time by median (606 pair steps of generated integer
-    networks), below that 1.2-1.8x, and np.einsum over a step's own labels may fill
-    buffers of sizes NumPy picks, which a predicted peak can only bound (``einsum_matmul``).
-    Without a plan, the size rule alone: a caller makes no plan where that gives the pair
-    to np.einsum. The one rule both CPU paths read: the contraction program's pair steps
-    and the numba backend's pairwise nodes."""
-    return work < SMALL_PAIR_WORK or (blas and plan is not None and plan.bmkn[2] == 1)
-
-
 def pair_gemm_plan(ta: str, tb: str, out: str, size: dict) -> GemmPlan | None:
     """``gemm_plan`` of ``ta,tb->out`` with each label's ``size``: for a caller that has
     split the equation and read the sizes already (a contraction program plans each

@@ -18,7 +18,8 @@ import numpy as np
 
 from ...ir.einsum import split
 from ...ir.einsum_numpy import promote_operands
-from .build import Program, plan_program, squeeze_ones
+from ..rates import DEVICE_RATES, host_rates
+from .build import Program, plan_program, squeeze_ones, step_forms
 from .gemm import c_strides
 
 
@@ -32,21 +33,38 @@ class PathContraction:
     allocates its own. ``xp``: the array module the operands, arenas and steps are in
     (NumPy; cupy on a GPU, whose steps run cuBLAS's GEMMs and cupy's einsum)."""
 
-    def __init__(self, equation: str, path, keep_arenas: bool = False, xp=np):
+    def __init__(self, equation: str, path, keep_arenas: bool = False, xp=np, forms=None,
+                 device: bool | None = None):
         self.equation = equation
         self.path = [tuple(p) for p in path]
         self.keep_arenas = keep_arenas
         self.xp = xp
+        self.forms = None if forms is None else tuple(forms)
+        self.device = xp is not np if device is None else bool(device)
         self.terms, self.output = split(equation)
-        self._programs: dict = {}        # (shapes, byte strides, dtype) -> program
+        # (shapes, byte strides, dtype) -> program: shared by every PathContraction of this
+        # equation, path and forms, so a kernel runs what its compile planned
+        self._programs = shared_programs(equation, tuple(self.path), self.forms, self.device)
         self._idle: list = []            # arenas kept for the next calls
         self._lock = threading.Lock()
 
     def __getstate__(self):
-        return {"equation": self.equation, "path": self.path, "keep_arenas": self.keep_arenas}
+        return {"equation": self.equation, "path": self.path, "keep_arenas": self.keep_arenas,
+                "forms": self.forms, "device": self.device}
 
     def __setstate__(self, state):
-        self.__init__(state["equation"], state["path"], state.get("keep_arenas", False))
+        self.__init__(state["equation"], state["path"], state.get("keep_arenas", False),
+                      forms=state.get("forms"), device=state.get("device", False))
+
+    def forms_for(self, shapes, dtype, ragged: bool = False) -> tuple:
+        """Each step's form for operands of ``shapes``: the ones given (the full slice's),
+        else, and for a ``ragged`` slice, ``step_forms`` on these shapes by the rates of
+        where the steps run (the host's or a device's): a ragged slice's small steps take
+        the form the rule gives their own size."""
+        if self.forms is not None and not ragged:
+            return self.forms
+        rates = DEVICE_RATES if self.device else host_rates()
+        return step_forms(self.terms, self.output, self.path, shapes, dtype, rates)
 
     def program(self, shapes, dtype, strides=None, full_shapes=None) -> Program:
         """The planned program for operands of ``shapes`` in ``dtype`` with element
@@ -77,14 +95,15 @@ class PathContraction:
             full = None
             if full_shapes is not None:
                 full = self.program(full_shapes, dtype, strides)
+            forms = self.forms_for(shapes, dtype, ragged=full_shapes is not None)
             squeezed = squeeze_ones(self.terms, self.output, shapes, strides)
             if squeezed is None:
                 prog = plan_program(self.terms, self.output, self.path, shapes, dtype, strides,
-                                    full, self.xp is not np)
+                                    full, self.device, forms)
             else:
                 terms, output, in_shapes, in_strides, out_shape = squeezed
                 prog = plan_program(terms, output, self.path, in_shapes, dtype, in_strides,
-                                    full, self.xp is not np)
+                                    full, self.device, forms)
                 prog = dataclasses.replace(prog, squeeze=(tuple(in_shapes), out_shape))
             self._programs[key] = prog
         return prog
@@ -216,6 +235,16 @@ def program_key(shapes, byte_strides, dtype_str: str) -> tuple:
 
 
 @functools.lru_cache(maxsize=256)
-def path_contraction(equation: str, path: tuple) -> PathContraction:
-    """A shared ``PathContraction`` (its programs are planned once per operand shapes)."""
-    return PathContraction(equation, path)
+def shared_programs(equation: str, path: tuple, forms: tuple | None, device: bool) -> dict:
+    """The programs planned for ``equation`` along ``path`` with ``forms`` (None: by the
+    rule) on the host or a ``device``, by signature: one dict every ``PathContraction`` of
+    them shares (planning is pure; only arenas are a contraction's own)."""
+    return {}
+
+
+@functools.lru_cache(maxsize=256)
+def path_contraction(equation: str, path: tuple, forms: tuple | None = None,
+                     device: bool = False) -> PathContraction:
+    """A shared ``PathContraction`` that keeps no arenas (its programs are planned once per
+    operand shapes)."""
+    return PathContraction(equation, path, forms=forms, device=device)

@@ -82,7 +82,7 @@ def least_sliced_workspace_bytes(n_terms: int, sizes: dict) -> int:
 def contraction_workspace_bytes(equation: str, shapes, path, slices, blocks, dtype,
                                 workers: int = 1, operand_dtypes=None,
                                 contraction: PathContraction | None = None,
-                                device: bool = False) -> int:
+                                device: bool = False, forms=None) -> int:
     """What ``sliced_contract`` allocates at once beside its operands and its result, with
     ``workers`` slices in flight: the operands cast to ``dtype`` (those whose
     ``operand_dtypes`` differ), and per slice in flight its program's arena and largest step
@@ -92,14 +92,15 @@ def contraction_workspace_bytes(equation: str, shapes, path, slices, blocks, dty
     block leaves a remainder) and its operand views (``slice_view_bytes``), and a result-sized
     buffer for each worker beyond the first where no output label is sliced
     (``parallel_workspace_bytes``). ``device``: on a GPU, whose memory holds the arrays
-    only (``Program.peak_bytes``'s ``device_itemsize``; no views, loop or call objects)."""
+    only (``Program.peak_bytes``'s ``device_itemsize``; no views, loop or call objects).
+    ``forms``: each step's (``program.build.step_forms``; None: by the rule for where the
+    steps run). The one rule the slicing pass bounds and the kernels declare."""
     dtype = np.dtype(dtype)
     terms, output = split_equation(equation)
     shapes = [tuple(s) for s in shapes]
     sizes = label_sizes(equation, shapes)
-    if path is None:
-        path = default_path(equation, shapes)
-    contract = contraction or path_contraction(equation, tuple(tuple(p) for p in path))
+    contract = contraction or path_contraction(equation, tuple(tuple(p) for p in path),
+                                               None if forms is None else tuple(forms), device)
     blocks = [1] * len(slices) if blocks is None else list(blocks)
     block = {c: int(b) for c, b in zip(slices, blocks) if c in sizes}
     sliced = full_slice_shapes(terms, shapes, block) if block else shapes

@@ -5,15 +5,16 @@ Differentiated whole, each operand's cotangent would be its own einsum of every 
 operand (an "environment"): n operands cost about n forward contractions. Split, the
 backward pass runs through the pairwise steps and shares their intermediates, as reverse
 mode does through any chain: about twice the forward's FLOPs. The path is the one the
-contraction pass would choose (``path_search.find_path``, its cache included); the einsum
-node keeps its id and becomes the last step, so its users are untouched.
+contraction pass would choose for ``optimize="auto"`` (``contract.search.choose``, the anytime
+search's cache included); the einsum node keeps its id and becomes the last step, so its
+users are untouched.
 """
 
 from __future__ import annotations
 
 from ... import ir
 from ...contract import paths
-from ...contract.search import anytime as path_search
+from ...contract.search.choose import best_path
 from ...ir.einsum import split as split_equation
 from .. import tensor as T
 from ..tensor import Tensor
@@ -30,7 +31,7 @@ def split_many_operand_einsum(g, n: int) -> bool:
     terms, output = split_equation(d["attrs"]["equation"])
     sizes = paths.label_sizes(d["attrs"]["equation"],
                               [G.nodes[u]["shape"] for u in operands])
-    steps, _ = path_search.find_path(terms, output, sizes)
+    steps, _ = best_path(terms, output, sizes)
     if len(steps.steps) < 2:
         return False
     current = list(operands)
@@ -47,5 +48,5 @@ def split_many_operand_einsum(g, n: int) -> bool:
     for k, u in enumerate(last):
         G.add_edge(u, n, arg=k)
     d["attrs"] = dict(d["attrs"], equation=",".join(picked) + "->" + result)
-    d["attrs"].pop("path", None)
+    d["attrs"].pop("contraction", None)
     return True

@@ -10,6 +10,8 @@ import networkx as nx
 import numpy as np
 
 from .... import ir
+from ....contract.contraction import Contraction
+from ....contract.rates import DEVICE_RATES
 from ....ir import ops
 from ... import scalar_semantics as ss
 from .emitter import StageEmitter, chain_shape, layout_op, normalize_chain
@@ -125,11 +127,12 @@ class _Builder:
 
     def einsum(self, n: int) -> EinsumStage:
         d = self.G.nodes[n]
-        path = d["attrs"].get("path")
+        # the node's contraction (a group compiled on its own, without the passes: one
+        # along the default path by the device's rates)
+        value = d["attrs"].get("contraction") or Contraction.of_node(self.G, n, DEVICE_RATES)
         return EinsumStage(f"{self.name}_s{len(self.stages)}", d["attrs"]["equation"],
                            [self._operand(u) for u in ir.operands(self.G, n)],
-                           tuple(d["shape"]), d["dtype"],
-                           tuple(tuple(p) for p in path) if path else None)
+                           tuple(d["shape"]), d["dtype"], value)
 
     def add(self, n: int, stage) -> None:
         self.stage_of[n] = len(self.stages)

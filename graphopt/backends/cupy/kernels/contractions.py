@@ -1,12 +1,16 @@
 """Einsum stages on the GPU: the candidates (cuBLAS GEMM, cupy.einsum, opt_einsum with
-cupy), best first by a cost model, their run functions and source, and timing them."""
+cupy), the one the stage's contraction names first (its form, by the device's rates: every
+pair that maps onto a GEMM is one), their run functions and source, and timing them."""
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
+from ....contract.contraction import Contraction
 from ....contract.program.gemm import (
-    GemmPlan,
+    BLAS_DTYPES,
     gemm_plan,
     gemm_source,
     run_gemm,
@@ -16,42 +20,29 @@ from ....ir import einsum as einsum_mod
 from ....ir.einsum_numpy import to_ascii
 from .cublas import Cublas
 
-# Nominal H100-class rates for the contraction cost model (only their ratio matters).
-PEAK_FLOPS = 50e12
-PEAK_BYTES = 3.0e12
-
-
-def contraction_estimates(p: GemmPlan, shapes, itemsize: int) -> dict:
-    """Seconds the cost model predicts for the GEMM path (FLOPs at the nominal rate plus the
-    bytes of the transposes it copies), and for ``cupy.einsum``."""
-    B, M, K, N = p.bmkn
-    flops = 2.0 * B * M * K * N
-    copy = transpose_copy_bytes(p, shapes, itemsize)
-    # cupy.einsum: assume it copies both operands, and its result is copied into the output.
-    einsum_copy = 2 * (B * M * K + B * K * N + B * M * N) * itemsize
-    return {"cublas-gemm": flops / PEAK_FLOPS + copy / PEAK_BYTES,
-            "cupy-einsum": flops / PEAK_FLOPS + einsum_copy / PEAK_BYTES,
-            "copy_bytes": copy}
-
-
 # -------------------------------------------------------------------------- contractions
 
 
-def contraction_candidates(eq: str, shapes, dtype: str) -> list[tuple[str, str]]:
-    """Implementations that can run the einsum, best first by the cost model, with why."""
+def contraction_candidates(c: Contraction) -> list[tuple[str, str]]:
+    """Implementations that can run contraction ``c``, the one its form names first, with
+    why (the device's predicted seconds, ``Rates``)."""
+    eq, shapes, dtype, rates = c.equation, c.shapes, c.dtype, c.table
     n_ops = len(shapes)
     if n_ops > 2:
-        return [("opt_einsum-pairwise", f"{n_ops} operands: pairwise steps with cupy")]
+        return [("opt_einsum-pairwise", f"{n_ops} operands: pairwise steps with cupy along "
+                 f"{[list(p) for p in c.path]}")]
     if n_ops == 1:
         return [("cupy-einsum", "one operand: a transpose/trace/sum")]
     p = gemm_plan(eq, shapes)
     if p is None:
         return [("cupy-einsum", "repeated labels (diagonal): not a GEMM")]
-    est = contraction_estimates(p, shapes, np.dtype(dtype).itemsize)
-    gemm = ("cublas-gemm", f"batched GEMM B,M,K,N={p.bmkn}, {est['copy_bytes']} B of "
-            f"transposes, est {est['cublas-gemm'] * 1e6:.1f} us")
-    ein = ("cupy-einsum", f"cupy's einsum, est {est['cupy-einsum'] * 1e6:.1f} us")
-    return [gemm, ein] if est["cublas-gemm"] <= est["cupy-einsum"] else [ein, gemm]
+    copy = transpose_copy_bytes(p, shapes, np.dtype(dtype).itemsize)
+    est = rates.gemm_seconds(p, dtype, dtype in BLAS_DTYPES, copy)
+    gemm = ("cublas-gemm", f"batched GEMM B,M,K,N={p.bmkn}, {copy} B of transposes, "
+            f"est {est * 1e6:.1f} us")
+    ein = ("cupy-einsum", f"cupy's einsum, est "
+           f"{rates.einsum_seconds(math.prod(c.sizes.values())) * 1e6:.1f} us")
+    return [gemm, ein] if c.forms[0] == "gemm" else [ein, gemm]
 
 
 def contraction_fn(impl: str, eq: str, shapes, dtype: str, path=None, alpha=1):
@@ -99,7 +90,7 @@ def _unscaled_contraction_fn(impl: str, eq: str, shapes, dtype: str, path):
     if impl == "opt_einsum-pairwise":
         import opt_einsum
 
-        expr = opt_einsum.contract_expression(eq, *shapes, optimize=list(path or ()) or "greedy")
+        expr = opt_einsum.contract_expression(eq, *shapes, optimize=[tuple(p) for p in path])
 
         def pairwise(views, dest):
             xs = [v.astype(dtype, copy=False) for v in views]

@@ -66,7 +66,7 @@ class EinsumStage:
     operands: list
     shape: tuple
     dtype: str
-    path: tuple | None = None  # the contraction pass's pairwise order, for many operands
+    contraction: object = None  # the node's ``Contraction``: its path and its one step's form
     alpha: object = 1          # scale of the result (a folded ``* c`` or ``/ c`` epilogue)
     dest: str = "temp"
     kind: str = "einsum"

@@ -1,0 +1,78 @@
+"""Which path search runs for a contraction: the one rule the contraction pass and the
+gradient's einsum splitting share.
+
+``optimize="auto"`` is opt_einsum's exhaustive search up to ``AUTO_OPTIMAL_MAX`` operands,
+its dynamic programming up to ``AUTO_DP_MAX``, and the anytime search (``anytime``, within
+the compile's ``path_time``) beyond; ``"hyper"`` is the anytime search at any size; any
+other name is opt_einsum's search of that name, and a ``PathOptimizer`` runs as given.
+"""
+
+from __future__ import annotations
+
+from opt_einsum import paths as oe_paths
+
+from ...errors import GraphError
+from ..paths import Steps, play
+from . import anytime
+
+AUTO_OPTIMAL_MAX = 4
+AUTO_DP_MAX = 12
+# Where the chosen search finds no order within a memory limit, dynamic programming and a
+# two-way branch search are tried up to these sizes.
+LIMIT_DP_MAX = 16
+LIMIT_BRANCH_MAX = 10
+
+ANYTIME = "anytime"   # optimizer_for's answer for the anytime search (``anytime.find_path``)
+
+
+def optimizer_for(optimize, n_operands: int):
+    """``(search function, its name)`` for ``optimize`` on ``n_operands`` operands; the
+    function is ``ANYTIME`` for ``anytime.find_path``."""
+    if isinstance(optimize, oe_paths.PathOptimizer):
+        return optimize, type(optimize).__name__
+    if optimize == "auto":
+        optimize = ("optimal" if n_operands <= AUTO_OPTIMAL_MAX else
+                    "dp" if n_operands <= AUTO_DP_MAX else "hyper")
+    if optimize == "hyper":
+        return ANYTIME, ANYTIME
+    if isinstance(optimize, str):
+        try:
+            return oe_paths.get_path_fn(optimize), optimize
+        except KeyError:
+            pass
+    raise GraphError(f"optimize={optimize!r} is not a contraction path search; use 'auto', "
+                     "'hyper', "
+                     f"{', '.join(repr(k) for k in oe_paths._PATH_OPTIONS if k != 'auto')} "
+                     "or an opt_einsum PathOptimizer")
+
+
+def fallbacks(n_operands: int) -> list[str]:
+    """Searches to try where the chosen one finds no order within the memory limit."""
+    return [name for name, most in (("dp", LIMIT_DP_MAX), ("branch-2", LIMIT_BRANCH_MAX))
+            if 2 < n_operands <= most]
+
+
+def search(fn, terms, output: str, sizes: dict, memory_limit: int | None) -> Steps | None:
+    """Run one opt_einsum path search ``fn``; None where it finds no order under
+    ``memory_limit`` (elements)."""
+    if len(terms) <= 2:
+        path = [tuple(range(len(terms)))]
+    else:
+        try:
+            path = fn([set(t) for t in terms], set(output), sizes, memory_limit)
+        except RuntimeError:  # dynamic programming: nothing fits the limit
+            return None
+    return play(terms, output, sizes, path)
+
+
+def best_path(terms, output: str, sizes: dict, optimize="auto", time_budget=None,
+              cache: bool = True, combo_rate: float | None = None
+              ) -> tuple[Steps, dict | None]:
+    """The path ``optimize`` finds for ``terms -> output`` without a memory limit, and the
+    anytime search's record where it ran (else None)."""
+    fn, _ = optimizer_for(optimize, len(terms))
+    if fn is ANYTIME and len(terms) > 2:
+        kw = {} if combo_rate is None else {"combo_rate": combo_rate}
+        return anytime.find_path(terms, output, sizes, time_budget=time_budget, cache=cache,
+                                 **kw)
+    return search(fn, terms, output, sizes, None), None
