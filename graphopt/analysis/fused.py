@@ -91,8 +91,20 @@ def operand_index_map(G: nx.MultiDiGraph, n: int, k: int, node_map: tuple) -> tu
 
 
 def computed_members(sub: nx.MultiDiGraph) -> list[int]:
-    """The nodes of a fused node's sub-graph that compute (not its inputs or constants)."""
-    return [n for n in sub if sub.nodes[n]["op"] not in ("input", "const")]
+    """The nodes of a fused node's sub-graph that compute (not its inputs or constants), in
+    execution order: the one list a fused step's kernels, profile, report and drawings
+    name."""
+    return [n for n in ir.topo_order(sub) if sub.nodes[n]["op"] not in ("input", "const")]
+
+
+def member_ops(G: nx.MultiDiGraph, n: int) -> tuple[str, ...]:
+    """The ops node ``n``'s step computes: a fused node's members' (``computed_members``),
+    in order; any other node's own."""
+    d = G.nodes[n]
+    if d["op"] != "fused":
+        return (d["op"],)
+    sub = d["attrs"]["graph"]
+    return tuple(sub.nodes[m]["op"] for m in computed_members(sub))
 
 
 def identity_map(shape) -> tuple:

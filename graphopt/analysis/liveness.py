@@ -64,11 +64,39 @@ def execution_order(G: nx.MultiDiGraph) -> list[int]:
     return ir.topo_order(G)
 
 
+def in_arena(G: nx.MultiDiGraph, n: int, outputs=None) -> bool:
+    """Whether node ``n``'s value lives in the arena: a computed value that is not a graph
+    output (outputs go to fresh per-call arrays; inputs and constants are not copied). The
+    one rule of what an arena holds (``outputs``: the graph's, as a set, where the caller
+    asks of many nodes)."""
+    if outputs is None:
+        outputs = G.graph["outputs"]
+    return G._node[n]["op"] not in ("input", "const") and n not in outputs
+
+
 def arena_nodes(G: nx.MultiDiGraph, order: list[int]) -> list[int]:
-    """Nodes whose values live in the arena: computed values that are not graph outputs
-    (outputs go to fresh per-call arrays; inputs and constants are not copied)."""
+    """The nodes of ``order`` whose values live in the arena (``in_arena``)."""
     outs = set(G.graph["outputs"])
-    return [n for n in order if G._node[n]["op"] not in ("input", "const") and n not in outs]
+    return [n for n in order if in_arena(G, n, outs)]
+
+
+def arena_sizes(G: nx.MultiDiGraph) -> dict[int, int]:
+    """Bytes each node holds in the arena (0 where it holds none: ``in_arena``)."""
+    outs = set(G.graph["outputs"])
+    return {n: ir.nbytes(G, n) if in_arena(G, n, outs) else 0 for n in G}
+
+
+def held_around(G: nx.MultiDiGraph, n: int, operands=None) -> int:
+    """Bytes of node ``n``'s operands (default its own; each once) and result that the arena
+    holds while ``n`` runs (``in_arena``): what a memory limit leaves a step's workspace."""
+    outs = set(G.graph["outputs"])
+    reads = set(ir.operands(G, n) if operands is None else operands)
+    return sum(ir.nbytes(G, u) for u in reads | {n} if in_arena(G, u, outs))
+
+
+def naive_bytes(sizes: dict) -> int:
+    """Every arena value in its own aligned buffer: the one count of the naive arena."""
+    return sum(align(s) for s in sizes.values())
 
 
 def liveness_intervals(G: nx.MultiDiGraph, order: list[int]) -> dict[int, tuple[int, int]]:
@@ -81,28 +109,41 @@ def liveness_intervals(G: nx.MultiDiGraph, order: list[int]) -> dict[int, tuple[
     return out
 
 
-def peak_live_bytes(G: nx.MultiDiGraph, intervals: dict[int, tuple[int, int]]) -> int:
-    """The most arena bytes live at one step: a lower bound for any arena."""
-    if not intervals:
-        return 0
-    events = []
+def live_bytes(intervals: dict, sizes: dict, steps: int | None = None) -> np.ndarray:
+    """Bytes live at each step ``0 .. steps - 1`` (default: through the last interval's end):
+    each buffer ``n`` holds ``sizes[n]`` from ``intervals[n][0]`` through ``intervals[n][1]``
+    (inclusive). The one sweep every live-bytes figure comes from."""
+    if steps is None:
+        steps = max((b for _, b in intervals.values()), default=-1) + 1
+    delta = np.zeros(steps + 1, dtype=np.int64)
     for n, (a, b) in intervals.items():
-        events.append((a, 1, ir.nbytes(G, n)))
-        events.append((b + 1, 0, -ir.nbytes(G, n)))
-    live = peak = 0
-    for _, _, delta in sorted(events):
-        live += delta
-        peak = max(peak, live)
-    return peak
+        s = sizes[n]
+        if s:
+            delta[a] += s
+            delta[b + 1] -= s
+    return np.cumsum(delta[:-1])
+
+
+def peak_live_bytes(intervals: dict, sizes: dict, inplace: dict | None = None) -> int:
+    """The most bytes live at one step, a buffer shared in place counted once
+    (``buffer_groups``): no arena that keeps these buffers apart can be smaller."""
+    if inplace:
+        groups = buffer_groups(intervals, sizes, inplace).values()
+        intervals = {min(m): (min(intervals[n][0] for n in m), max(intervals[n][1] for n in m))
+                     for m in groups}
+        sizes = {min(m): max(sizes[n] for n in m) for m in groups}
+    return int(live_bytes(intervals, sizes).max(initial=0))
 
 
 def naive_memory_plan(G: nx.MultiDiGraph, order: list[int]) -> MemoryPlan:
     """Every arena node at its own offset: what an op-by-op runtime holds if nothing is freed."""
     intervals = liveness_intervals(G, order)
     sizes = {n: ir.nbytes(G, n) for n in intervals}
-    offsets, top = stacked_offsets(sizes)
-    return MemoryPlan(offsets=offsets, sizes=sizes, naive_bytes=sum(sizes.values()),
-                      planned_bytes=top, lower_bound_bytes=peak_live_bytes(G, intervals),
+    offsets, _ = stacked_offsets(sizes)
+    # (the arena ends where its last buffer does, as the memory pass's)
+    top = max((offsets[n] + s for n, s in sizes.items()), default=0)
+    return MemoryPlan(offsets=offsets, sizes=sizes, naive_bytes=naive_bytes(sizes),
+                      planned_bytes=top, lower_bound_bytes=peak_live_bytes(intervals, sizes),
                       intervals=intervals)
 
 

@@ -12,6 +12,7 @@ import networkx as nx
 
 from .. import ir
 from ..analysis import cost
+from ..analysis.fused import member_ops
 from ..analysis.liveness import execution_order, naive_memory_plan
 from ..runtime.kernel import Step
 from ..runtime.plan import Plan
@@ -38,10 +39,7 @@ def lower(G: nx.MultiDiGraph, source_graph: nx.MultiDiGraph, backend, ctx, repor
             continue
         is_out = n in direct_outputs
         k = backend.kernel(G, n, ctx)
-        sub = d["attrs"]["graph"] if d["op"] == "fused" else None
-        kinds = (tuple(sub.nodes[m]["op"] for m in ir.topo_order(sub)
-                       if sub.nodes[m]["op"] != "input")
-                 if d["op"] == "fused" else (d["op"],))
+        kinds = member_ops(G, n)
         srcs = (tuple(dict.fromkeys(d["attrs"].get("srcs", [d["src"]])))
                 if d["op"] == "fused" else (d["src"],))
         steps.append(Step(index=len(steps), name=k.name, node=n, op_kinds=kinds, kernel=k,

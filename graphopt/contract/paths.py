@@ -215,6 +215,25 @@ def _counted(terms: tuple, output: str, path: tuple, sizes: tuple) -> tuple[int,
     return flops, largest, write
 
 
+def live_peak(steps, n_terms: int, results, extra=None) -> int:
+    """The most a played path holds at once (``steps``: ``play_path``'s over ``n_terms``
+    operands, which count nothing): at each step its live intermediates, the step's own
+    result (``results[k]``) and ``extra[k]`` where given (a kernel's workspace); an
+    intermediate lives from its step to the one that reads it. The one sweep over a path's
+    steps (a slicing's working set, pairwise nodes' arena)."""
+    current = [0] * n_terms
+    total = peak = 0
+    for k, (inds, _, _) in enumerate(steps):
+        held = total + results[k] + (extra[k] if extra is not None else 0)
+        if held > peak:
+            peak = held
+        for i in reversed(inds):
+            total -= current.pop(i)
+        current.append(results[k])
+        total += results[k]
+    return peak
+
+
 def left_to_right(n_operands: int) -> list[tuple[int, ...]]:
     """The order a multi-operand einsum is written in: ((a b) c) d ..."""
     if n_operands <= 2:

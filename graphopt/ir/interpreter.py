@@ -13,7 +13,7 @@ import networkx as nx
 import numpy as np
 
 from .. import ir
-from ..analysis.liveness import execution_order
+from ..analysis.liveness import execution_order, live_bytes
 from ..errors import VALUE_ERRORS, GraphError
 from ..runtime.signature import bind_inputs, restructure
 from . import activations, ops
@@ -89,17 +89,17 @@ def run_graph_peak_bytes(G: nx.MultiDiGraph) -> int:
     from its evaluation to its last use (outputs to the end), and while an op runs the
     arrays its NumPy form holds (``activations.impl_peak_bytes``); inputs and constants not
     counted, a value NumPy returns as a view counted as new (an upper bound)."""
-    remaining = _uses(G)
-    live = peak = 0
-    for n in execution_order(G):
-        if G.nodes[n]["op"] not in ("input", "const"):
-            peak = max(peak, live + node_peak_bytes(G, n))
-            live += ir.nbytes(G, n)
-        for u in ir.operands(G, n):
-            remaining[u] -= 1
-            if remaining[u] == 0 and G.nodes[u]["op"] not in ("input", "const"):
-                live -= ir.nbytes(G, u)
-    return peak
+    order = execution_order(G)
+    pos = {n: i for i, n in enumerate(order)}
+    outs, end = set(G.graph["outputs"]), len(order) - 1
+    computed = [n for n in order if G.nodes[n]["op"] not in ("input", "const")]
+    intervals = {n: (pos[n], end if n in outs else max((pos[v] for v in G.successors(n)),
+                                                       default=pos[n])) for n in computed}
+    sizes = {n: ir.nbytes(G, n) for n in computed}
+    live = live_bytes(intervals, sizes, len(order))
+    # at a node's step: what is live then, its own result counted by its NumPy form instead
+    return max((int(live[pos[n]]) - sizes[n] + node_peak_bytes(G, n) for n in computed),
+               default=0)
 
 
 def interpret(G: nx.MultiDiGraph, *args, **kwargs):

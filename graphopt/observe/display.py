@@ -15,6 +15,7 @@ import html
 import shutil
 
 from .. import ir
+from ..analysis.fused import member_ops
 from .report_text import where
 
 DRAW_LIMIT = 400  # nodes; a larger graph's layout takes seconds, so it is listed, not drawn
@@ -119,9 +120,7 @@ def node_table_html(G) -> str:
         d = G.nodes[n]
         what = _what(d)
         if d["op"] == "fused":
-            sub = d["attrs"]["graph"]
-            what = " ".join(sub.nodes[m]["op"] for m in ir.topo_order(sub)
-                            if sub.nodes[m]["op"] not in ("input", "const"))
+            what = " ".join(member_ops(G, n))
         cells = [n, d["op"], what, tuple(d["shape"]), d["dtype"],
                  ", ".join(map(str, ir.operands(G, n))), where(d.get("src"))]
         rows.append("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in cells) + "</tr>")

@@ -29,9 +29,17 @@ from opt_einsum import paths as oe_paths
 
 from .. import ir
 from ..analysis import cost
+from ..analysis.liveness import held_around
 from ..contract.contraction import Contraction
 from ..contract.groups import Merged, find_groups, merge
-from ..contract.paths import Steps, combo_cost, left_to_right, left_to_right_cost, play
+from ..contract.paths import (
+    Steps,
+    combo_cost,
+    left_to_right,
+    left_to_right_cost,
+    live_peak,
+    play,
+)
 from ..contract.search import budget as search_budget
 from ..contract.search.choose import ANYTIME, best_path, fallbacks, optimizer_for, search
 from ..errors import GraphError
@@ -229,25 +237,9 @@ def _pairwise_peak_bytes(H, m: Merged, steps: Steps, made: list[int], ctx) -> in
     """The most bytes a group's pairwise nodes ``made`` (one per step of ``steps``) hold at
     once beside the group's operands and result: the intermediates live at a step, and the
     workspace the backend predicts its kernel allocates (``ctx.workspace_of``)."""
-    current = [0] * len(m.terms)
-    peak, last = 0, len(steps.steps) - 1
-    for k, (inds, _, _) in enumerate(steps.steps):
-        result = 0 if k == last else ir.nbytes(H, made[k])
-        workspace = ctx.workspace_of(H, made[k]) if ctx.workspace_of is not None else 0
-        peak = max(peak, sum(current) + result + workspace)
-        for i in reversed(inds):
-            current.pop(i)
-        current.append(result)
-    return peak
-
-
-def _held_around(G, m: Merged, root: int) -> int:
-    """Bytes of the group's operands and result that the plan holds in its arena while it
-    runs (values other nodes compute, and its result unless it is an output)."""
-    outs = set(G.graph["outputs"])
-    held = {u for u in m.operands if G.nodes[u]["op"] not in ("input", "const")
-            and u not in outs}
-    return sum(ir.nbytes(G, u) for u in held) + (0 if root in outs else ir.nbytes(G, root))
+    results = [ir.nbytes(H, n) for n in made[:-1]] + [0]    # (the result: held around)
+    workspace = [ctx.workspace_of(H, n) for n in made] if ctx.workspace_of else None
+    return live_peak(steps.steps, len(m.terms), results, workspace)
 
 
 def _pairwise_over_limit(G, H, group, m: Merged, rec: dict, steps: Steps, made, ctx) -> bool:
@@ -258,7 +250,7 @@ def _pairwise_over_limit(G, H, group, m: Merged, rec: dict, steps: Steps, made, 
     reason goes into the group's record."""
     if ctx.memory_limit is None or len(m.terms) <= 2:
         return False
-    share = ctx.memory_limit - _held_around(G, m, group[0])
+    share = ctx.memory_limit - held_around(G, group[0], m.operands)
     held = _pairwise_peak_bytes(H, m, steps, made, ctx)
     if share <= 0 or held <= share:
         return False

@@ -26,7 +26,14 @@ import networkx as nx
 import numpy as np
 
 from .. import ir
-from ..analysis.fused import build_subgraph, check_recompute, classify, fusion_kind, is_scalar_const
+from ..analysis.fused import (
+    build_subgraph,
+    check_recompute,
+    classify,
+    computed_members,
+    fusion_kind,
+    is_scalar_const,
+)
 from ..errors import GraphError
 from ..ir import ops
 from .manager import PassResult, register_pass
@@ -122,7 +129,7 @@ def _fuse(H, G, root, members, pattern, renamed) -> int:
     consts = _absorbed_consts(G, members)
     sub, ext = build_subgraph(G, members, root, consts)
     ext = [renamed.get(u, u) for u in ext]
-    order = [n for n in ir.topo_order(sub) if sub.nodes[n]["op"] not in ("input", "const")]
+    order = computed_members(sub)
     srcs = list(dict.fromkeys(sub.nodes[n]["src"] for n in order if sub.nodes[n]["src"]))
     d = G.nodes[root]
     f = ir.add_node(H, "fused", ext, d["shape"], d["dtype"],

@@ -19,11 +19,12 @@ from .. import ir
 from ..analysis.liveness import (
     ALIGN,
     MemoryPlan,
-    align,
     assign_arena_offsets,
     buffer_groups,
     execution_order,
     liveness_intervals,
+    naive_bytes,
+    peak_live_bytes,
 )
 from ..errors import GraphError
 from ..ir import ops
@@ -79,21 +80,6 @@ def find_inplace(G, order: list[int], intervals: dict, sizes: dict) -> dict[int,
     return inplace
 
 
-def live_peak(intervals: dict, sizes: dict, inplace: dict) -> int:
-    """Most bytes live at one step, a buffer shared in place counted once: no arena that
-    keeps these buffers apart can be smaller."""
-    events = []
-    for members in buffer_groups(intervals, sizes, inplace).values():
-        size = max(sizes[n] for n in members)
-        events.append((min(intervals[n][0] for n in members), 1, size))
-        events.append((max(intervals[n][1] for n in members) + 1, 0, -size))
-    live = peak = 0
-    for _, _, delta in sorted(events):
-        live += delta
-        peak = max(peak, live)
-    return peak
-
-
 def check_memory_plan(G, plan: MemoryPlan) -> None:
     """Raise ``GraphError`` unless ``plan`` is sound for ``G``: sizes match, offsets are
     aligned, no two values live at one step share a byte unless one took the other's buffer
@@ -143,8 +129,9 @@ def memory(G: nx.MultiDiGraph, ctx) -> PassResult:
     inplace = find_inplace(H, order, intervals, sizes)
     offsets, arena = assign_arena_offsets(intervals, sizes, inplace)
     plan = MemoryPlan(offsets=offsets, sizes=sizes,
-                      naive_bytes=sum(align(s) for s in sizes.values()), planned_bytes=arena,
-                      lower_bound_bytes=live_peak(intervals, sizes, inplace), inplace=inplace,
+                      naive_bytes=naive_bytes(sizes), planned_bytes=arena,
+                      lower_bound_bytes=peak_live_bytes(intervals, sizes, inplace),
+                      inplace=inplace,
                       intervals=intervals)
     H.graph["schedule"] = order
     H.graph["memory_plan"] = plan

@@ -29,7 +29,14 @@ import numpy as np
 
 from .. import ir
 from ..analysis import cost
-from ..analysis.liveness import align, assign_arena_offsets, execution_order, liveness_intervals
+from ..analysis.liveness import (
+    align,
+    arena_sizes,
+    assign_arena_offsets,
+    execution_order,
+    live_bytes,
+    liveness_intervals,
+)
 from .manager import PassResult, register_pass
 from .memory import find_inplace
 
@@ -72,10 +79,8 @@ class _Problem:
         self.order = list(execution_order(G))
         self.pos = {n: i for i, n in enumerate(self.order)}
         self.args = {n: ir.operands(G, n) for n in self.order}
-        outs = set(G.graph["outputs"])
         # as the arena holds them: each buffer starts at an ``ALIGN``ed offset
-        self.size = {n: 0 if G.nodes[n]["op"] in ("input", "const") or n in outs
-                     else align(ir.nbytes(G, n)) for n in self.order}
+        self.size = {n: align(s) for n, s in arena_sizes(G).items()}
         self.user_positions = {n: [self.pos[v] for v in ir.users(G, n)] for n in self.order}
         self.flops = {n: cost.node_flops(G, n) for n in self.order}
         self.cost = {n: self.flops[n] + ir.nbytes(G, n) for n in self.order}
@@ -117,14 +122,13 @@ class _Problem:
         for i, reads in enumerate(r.reads):
             for j in reads:
                 last[j] = i
-        delta = np.zeros(len(r.items) + 1, dtype=np.int64)
+        sizes = {}
         for i, item in enumerate(r.items):
             s = self.size[item[1] if isinstance(item, tuple) else item]
             if s:
                 r.intervals[i] = (i, last[i])
-                delta[i] += s
-                delta[last[i] + 1] -= s
-        r.live = np.cumsum(delta[:-1])
+                sizes[i] = s
+        r.live = live_bytes(r.intervals, sizes, len(r.items))
 
     def extra_flops(self, r: Rebuilt, per_node: dict | None = None) -> int:
         """FLOPs the copies add, less those of the values only moved (``per_node``: another

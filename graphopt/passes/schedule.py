@@ -15,20 +15,14 @@ import heapq
 import networkx as nx
 
 from .. import ir
-from ..analysis.liveness import liveness_intervals, peak_live_bytes
+from ..analysis.liveness import arena_sizes, liveness_intervals, peak_live_bytes
 from .manager import PassResult, register_pass
-
-
-def _arena_sizes(G) -> dict[int, int]:
-    """Bytes a node holds in the arena (0 for inputs, constants and outputs)."""
-    outs = set(G.graph["outputs"])
-    return {n: 0 if d["op"] in ("input", "const") or n in outs else ir.nbytes(G, n)
-            for n, d in G.nodes(data=True)}
 
 
 def peak_of(G, order: list[int]) -> int:
     """Peak live arena bytes when ``G`` runs in ``order``."""
-    return peak_live_bytes(G, liveness_intervals(G, order))
+    intervals = liveness_intervals(G, order)
+    return peak_live_bytes(intervals, {n: ir.nbytes(G, n) for n in intervals})
 
 
 def greedy_order(G) -> list[int]:
@@ -36,7 +30,7 @@ def greedy_order(G) -> list[int]:
     bytes (then the fewest allocated, then the topological position)."""
     topo = ir.topo_order(G)
     rank = {n: i for i, n in enumerate(topo)}
-    size = _arena_sizes(G)
+    size = arena_sizes(G)
     preds = {n: set(G.predecessors(n)) for n in G}
     users = {n: ir.users(G, n) for n in G}
     users_left = {n: len(users[n]) for n in G}
@@ -81,7 +75,7 @@ def greedy_order(G) -> list[int]:
 def depth_first_order(G) -> list[int]:
     """Post-order from the outputs; at each node the operand whose subtree needs the most
     memory beyond what it leaves behind goes first (Sethi-Ullman, approximate on DAGs)."""
-    size = _arena_sizes(G)
+    size = arena_sizes(G)
     need: dict[int, int] = {}
     for n in ir.topo_order(G):
         args = sorted(set(G.predecessors(n)), key=lambda u: need[u] - size[u], reverse=True)

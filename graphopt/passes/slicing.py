@@ -45,6 +45,7 @@ import networkx as nx
 import numpy as np
 
 from .. import ir
+from ..analysis.liveness import held_around
 from ..contract.contraction import Contraction
 from ..contract.paths import default_path, label_sizes, play
 from ..contract.rates import HOST_RATES, Rates
@@ -76,18 +77,6 @@ PARALLEL_FLOP_OVERHEAD = 1.25
 # the predicted workspace is what a call measures within a few percent (NumPy's cache of
 # small allocations, per-slice Python objects), and the measured peak must stay within it.
 SLICE_HEADROOM = 0.9
-
-
-def held_around(G: nx.MultiDiGraph, n: int) -> int:
-    """Bytes of node ``n``'s operands and result that the plan holds in its arena while
-    ``n`` runs (values computed by other nodes, and ``n``'s result unless it is an output);
-    graph inputs, constants and outputs are not counted."""
-    outs = set(G.graph["outputs"])
-    held = {u for u in ir.operands(G, n)
-            if G.nodes[u]["op"] not in ("input", "const") and u not in outs}
-    if n not in outs:
-        held.add(n)
-    return sum(ir.nbytes(G, u) for u in held)
 
 
 def _slice_node(G, n, limit: int, optimize, budget: int = 1, options=None,

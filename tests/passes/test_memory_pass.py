@@ -214,3 +214,17 @@ def test_best_fit_finds_overlaps_the_same_by_steps_in_python_and_in_numpy(longes
                     and intervals[v][0] <= intervals[u][1]:
                 assert offsets[u] + sizes[u] <= offsets[v] or offsets[v] + sizes[v] <= offsets[u]
     assert arena >= max(offsets[n] + sizes[n] for n in sizes)
+
+
+@pytest.mark.parametrize("opt_level", [0, 1, 2])
+def test_every_level_s_memory_plan_passes_the_memory_check(opt_level):
+    # below opt_level 2 lowering plans every value its own buffer (``naive_memory_plan``):
+    # its naive count is the memory pass's (aligned buffers), so naive >= planned holds too
+    g = go.Graph("small")
+    x = g.input("x", (3,), "float64")
+    g.output(go.exp(x * 2.0 + 1.0).sum())
+    plan = go.compile(g, backend="numpy", opt_level=opt_level, cache=False)
+    check_memory_plan(plan.graph, plan.memory)
+    assert plan.memory.naive_bytes >= plan.memory.planned_bytes >= \
+        plan.memory.lower_bound_bytes
+    assert plan.memory.naive_bytes % ALIGN == 0

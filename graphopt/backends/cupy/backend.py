@@ -28,7 +28,7 @@ import threading
 import numpy as np
 
 from ... import ir
-from ...analysis.fused import node_subgraph, runs_along_path
+from ...analysis.fused import computed_members, node_subgraph, runs_along_path
 from ...contract.rates import DEVICE_RATES
 from ...errors import GraphError
 from ...runtime.kernel import Kernel
@@ -278,8 +278,7 @@ class CupyBackend(Backend):
 
     def _eager_kernel(self, sub, n, why: str) -> Kernel:
         fn = eager_fn(sub)
-        members = [sub.nodes[m] for m in ir.topo_order(sub)
-                   if sub.nodes[m]["op"] not in ("input", "const")]
+        members = [sub.nodes[m] for m in computed_members(sub)]
         src = "\n".join([f"# not generated ({why}): the group runs op by op on cupy"] +
                          [f"# {d['op']} {d['attrs']}" for d in members])
         return Kernel(f"cupy_ops_{n}", fn, src, "cupy-ops", node=n, details={"reason": why})

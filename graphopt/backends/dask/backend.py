@@ -34,6 +34,7 @@ import numpy as np
 
 from ... import ir
 from ...analysis import cost
+from ...analysis.fused import member_ops
 from ...analysis.liveness import execution_order, naive_memory_plan
 from ...errors import VALUE_ERRORS, GraphError
 from ...runtime.kernel import Kernel, Step
@@ -126,9 +127,7 @@ def _describe(G, n) -> str:
                     f"tree-summed\nsliced_einsum({c.equation!r}, path={list(c.path)})")
         return f"dask.array.einsum({c.equation!r}, *operands)  # {c.describe()}"
     if d["op"] == "fused":
-        members = [a["graph"].nodes[m]["op"] for m in ir.topo_order(a["graph"])
-                   if a["graph"].nodes[m]["op"] not in ("input", "const")]
-        return (f"# fused {a['pattern']} group: {' -> '.join(members)}\n"
+        return (f"# fused {a['pattern']} group: {' -> '.join(member_ops(G, n))}\n"
                 "dask.array.blockwise(GroupBlocks(sub_graph), ...)  # numba kernel per block")
     return f"dask: {d['op']}({', '.join(f'{k}={v!r}' for k, v in a.items())})"
 
@@ -209,10 +208,7 @@ class DaskPlan(StepsIntrospection):
             if d["op"] in ("input", "const"):
                 continue
             k = backend.kernel(G, n, ctx)
-            kinds = ((tuple(d["attrs"]["graph"].nodes[m]["op"] for m in
-                            ir.topo_order(d["attrs"]["graph"])
-                            if d["attrs"]["graph"].nodes[m]["op"] not in ("input", "const")))
-                     if d["op"] == "fused" else (d["op"],))
+            kinds = member_ops(G, n)
             steps.append(Step(index=len(steps), name=k.name, node=n, op_kinds=kinds, kernel=k,
                               in_slots=(), out_slot=n, shape=tuple(d["shape"]),
                               dtype=d["dtype"], offset=None,

@@ -21,6 +21,7 @@ import networkx as nx
 import numpy as np
 
 from ... import ir
+from ...analysis.fused import computed_members
 from ...contract.contraction import Contraction
 from ...runtime import threads
 from ...runtime.kernel import Kernel
@@ -84,8 +85,7 @@ def tiled_kernel(G: nx.MultiDiGraph, n: int, kernel_of, flops: float = 0.0,
     block = (1,) * (t - 1) + (tile,)
     H = block_graph(a["graph"], lead, block)
     root = H.graph["outputs"][0]
-    steps = [(m, kernel_of(H, m), ir.operands(H, m)) for m in ir.topo_order(H)
-             if H.nodes[m]["op"] not in ("input", "const")]
+    steps = [(m, kernel_of(H, m), ir.operands(H, m)) for m in computed_members(H)]
     inputs = list(H.graph["inputs"])
     scratch = [(m, H.nodes[m]["shape"], H.nodes[m]["dtype"]) for m, _, _ in steps if m != root]
     grid = lead[:-1] + (lead[-1] // tile,)

@@ -21,7 +21,7 @@ import numpy as np
 from ...errors import GraphError
 from ...ir.einsum import abbreviate
 from ...ir.einsum import split as split_equation
-from ..paths import default_path, label_sizes, play_path, step_flops
+from ..paths import default_path, label_sizes, live_peak, play_path, step_flops
 from .run import contraction_workspace_bytes
 
 # ------------------------------------------------------------------------------------ costs
@@ -45,18 +45,14 @@ def slice_cost(steps, n_terms: int, output: str, sizes: dict,
     ``blocks``."""
     parts = {c: -(-sizes[c] // b) for c, b in blocks.items()}
     per = {c: blocks.get(c, s) for c, s in sizes.items()}
-    current = [0] * n_terms  # elements alive by path position; operands are views (0)
-    flops, working, results = 0, 0, []
-    for inds, picked, result in steps:
+    flops, results = 0, []
+    for _, picked, result in steps:
         idx = set("".join(picked))
         recompute = math.prod(p for c, p in parts.items() if c not in idx)
         flops += step_flops(idx, bool(idx - set(result)), len(picked), sizes) * recompute
-        elems = math.prod(per[c] for c in result)
-        results.append(elems)
-        working = max(working, sum(current) + elems)  # operands live while the result is written
-        for i in reversed(inds):
-            current.pop(i)
-        current.append(elems)
+        results.append(math.prod(per[c] for c in result))
+    # operands are views (nothing); they live while a step's result is written
+    working = live_peak(steps, n_terms, results)
     summed = math.prod(p for c, p in parts.items() if c not in output)
     flops += (summed - 1) * math.prod(sizes[c] for c in output)
     return SliceCost(int(flops), max(results[:-1], default=0), working,

@@ -9,7 +9,7 @@ import math
 
 import numpy as np
 
-from .... import ir
+from ....analysis.fused import computed_members
 from ....runtime import threads
 from ...scalar_semantics import UFUNCS
 from .expressions import _T, UnsupportedKernel
@@ -138,8 +138,7 @@ class _BlockedSource(_Source):
     def module(self, struct_key: str) -> str:
         allocs, body = self.block_body()
         rd = self.sub.nodes[self.root]
-        ops_ = [self.sub.nodes[n]["op"] for n in ir.topo_order(self.sub)
-                if self.sub.nodes[n]["op"] not in ("input", "const")]
+        ops_ = [self.sub.nodes[n]["op"] for n in computed_members(self.sub)]
         nc = len(self.cext)
         head = [f"# graphopt NumPy-blocked kernel {struct_key[:12]} (codegen v{CODEGEN_VERSION}),"
                 f" pattern {self.pattern}: {' -> '.join(ops_)}",

@@ -337,8 +337,7 @@ class _Source(ScalarPrinter, LoopNest):
             params.append("err")
             sig.append("ERR_FLAG")
             types["ERR_FLAG"] = "nt.Array(nt.uint8, 1, 'C')"
-        ops_ = [sub.nodes[n]["op"] for n in ir.topo_order(sub)
-                if sub.nodes[n]["op"] not in ("input", "const")]
+        ops_ = [sub.nodes[n]["op"] for n in computed_members(sub)]
         head = [f"# graphopt kernel {struct_key[:12]} (codegen v{CODEGEN_VERSION}), "
                 f"pattern {self.pattern}: {' -> '.join(ops_)}",
                 f"# out {tuple(rd['shape'])} {rd['dtype']}; loop space {self.space} "
