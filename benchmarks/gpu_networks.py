@@ -211,12 +211,12 @@ def plan_ab(names) -> None:
 
     class HostPlanned(cp.PathContraction):
         def program(self, shapes, dtype, strides=None, full_shapes=None):
-            planned = cp.plan_program
-            cp.plan_program = lambda *a: planned(*a[:7], False)
+            planned = cp.build_program
+            cp.build_program = lambda *a: planned(*a[:7], False)
             try:
                 return super().program(shapes, dtype, strides, full_shapes)
             finally:
-                cp.plan_program = planned
+                cp.build_program = planned
 
     def timed(fn, args, **kw):
         def call(*a):

@@ -73,7 +73,7 @@ def _forget_planned_steps():
     from graphopt.compiler import driver as compiler
     from graphopt.contract.program import build, run
 
-    build._planned_step.cache_clear()
+    build._built_step.cache_clear()
     build._step_forms.cache_clear()
     run.path_contraction.cache_clear()
     run.shared_programs.cache_clear()

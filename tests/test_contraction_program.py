@@ -10,7 +10,7 @@ import pytest
 from opt_einsum.testing import rand_equation
 
 from graphopt.analysis.liveness import ALIGN
-from graphopt.contract.program.build import ARENA_COPY_BYTES, UNSHARED_ARENA_BYTES, plan_program
+from graphopt.contract.program.build import ARENA_COPY_BYTES, UNSHARED_ARENA_BYTES, build_program
 from graphopt.contract.program.einsum_bytes import np_einsum_bytes
 from graphopt.contract.program.gemm import (
     GEMM_VIEW_BYTES,
@@ -97,9 +97,9 @@ def test_gemm_steps_in_every_dtype_and_einsum_steps_where_labels_broadcast():
     terms, out = split("ij,jk,kl->il")
     shapes = [(2, 3), (3, 4), (4, 5)]
     for dtype in ("float32", "float16", "int64", "bool"):
-        assert all(s.gemm is not None for s in plan_program(terms, out, [(0, 1), (0, 1)],
+        assert all(s.gemm is not None for s in build_program(terms, out, [(0, 1), (0, 1)],
                                                             shapes, dtype).steps)
-    broadcast = plan_program(terms, out, [(0, 1), (0, 1)], [(2, 1), (3, 4), (4, 5)],
+    broadcast = build_program(terms, out, [(0, 1), (0, 1)], [(2, 1), (3, 4), (4, 5)],
                              "float64").steps
     assert broadcast[0].gemm is None and broadcast[1].gemm is not None
 
@@ -109,7 +109,7 @@ def test_pair_steps_smaller_than_small_pair_work_run_on_np_einsum(small_steps):
     # 256: a GEMM
     terms, out = split("ij,jk,kl->il")
     assert SMALL_PAIR_WORK == 128
-    steps = plan_program(terms, out, [(0, 1), (0, 1)], [(4, 4), (4, 4), (4, 16)],
+    steps = build_program(terms, out, [(0, 1), (0, 1)], [(4, 4), (4, 4), (4, 16)],
                          "float64").steps
     assert steps[0].gemm is None and steps[1].gemm is not None
     # np.einsum's own iterator and buffers (it sums b) are the step's scratch
@@ -173,7 +173,7 @@ def test_intermediates_share_an_arena_kept_between_calls_and_never_returned():
     shapes = [(64, 64)] * n
     path = [(0, 1)] + [(0, n - 2 - k) for k in range(n - 2)]
     terms, out = split(eq)
-    prog = plan_program(terms, out, path, shapes, "float64")
+    prog = build_program(terms, out, path, shapes, "float64")
     offsets = [s.offset for s in prog.steps]
     assert offsets[-1] is None and len(set(offsets[:-1])) == 2
     assert prog.arena_bytes == 2 * 64 * 64 * 8
@@ -199,7 +199,7 @@ def test_gemm_operand_copies_are_made_in_the_arena_kept_between_calls():
     # objects, not the copy
     eq, shapes = "ijk,jil->kl", [(16, 16, 32), (16, 16, 72)]
     terms, out = split(eq)
-    prog = plan_program(terms, out, [(0, 1)], shapes, "float64")
+    prog = build_program(terms, out, [(0, 1)], shapes, "float64")
     step = prog.steps[0]
     copy_bytes = 16 * 16 * 72 * 8
     assert copy_bytes >= ARENA_COPY_BYTES
@@ -222,13 +222,13 @@ def test_gemm_operand_copies_are_made_in_the_arena_kept_between_calls():
     assert np.array_equal(first, second)
     np.testing.assert_allclose(second, np.einsum(eq, *arrays), rtol=1e-12, atol=1e-12)
     # a ragged slice's program copies in the full slice's places where it fits
-    ragged = plan_program(terms, out, [(0, 1)], [(16, 15, 32), (15, 16, 72)], "float64",
+    ragged = build_program(terms, out, [(0, 1)], [(16, 15, 32), (15, 16, 72)], "float64",
                           layout_of=prog)
     assert ragged.steps[0].copies == (None, (0, (16, 15, 72)))
     assert ragged.arena_bytes == prog.arena_bytes and \
         ragged.steps[0].scratch == GEMM_VIEW_BYTES
     # smaller copies are scratch: NumPy's, from memory malloc reuses
-    small = plan_program(terms, out, [(0, 1)], [(16, 16, 32), (16, 16, 24)], "float64")
+    small = build_program(terms, out, [(0, 1)], [(16, 16, 32), (16, 16, 24)], "float64")
     assert small.steps[0].copies is None and small.arena_bytes == 0
     assert small.steps[0].scratch == 16 * 16 * 24 * 8 + GEMM_VIEW_BYTES
 
@@ -240,7 +240,7 @@ def test_tiny_intermediates_each_get_their_own_place_in_the_arena():
     eq = ",".join(f"{chr(97 + i)}{chr(98 + i)}" for i in range(n)) + "->a" + chr(97 + n)
     path = [(0, 1)] + [(0, n - 2 - k) for k in range(n - 2)]
     terms, out = split(eq)
-    prog = plan_program(terms, out, path, [(4, 4)] * n, "float64")
+    prog = build_program(terms, out, path, [(4, 4)] * n, "float64")
     offsets = [s.offset for s in prog.steps[:-1]]
     assert offsets == [k * ALIGN * 2 for k in range(n - 2)]
     assert prog.arena_bytes == (n - 2) * 128 <= UNSHARED_ARENA_BYTES
@@ -352,7 +352,7 @@ def test_a_gemm_step_holds_no_more_than_its_scratch_its_views_included(eq, shape
     objects, which the flat per-step allowance under-counted (a 6-step sliced network
     measured 1.15x its prediction, over its limit)."""
     (ta, tb), out = split(eq)
-    prog = plan_program([ta, tb], out, [(0, 1)], shapes, np.float64)
+    prog = build_program([ta, tb], out, [(0, 1)], shapes, np.float64)
     (step,) = prog.steps
     assert step.gemm is not None
     a, b = (np.ones(s) for s in shapes)

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from graphopt.contract.program.gemm import (
-    gemm_plan,
+    gemm_of,
     gemm_workspace_bytes,
     pair_labels,
     reshaped_strides,
@@ -31,7 +31,7 @@ from graphopt.ir.einsum import parse
 @pytest.mark.parametrize("dtype", ["float64", "int64"])
 def test_workspace_model_matches_traced_allocations(eq, shapes, dtype):
     # int64: no BLAS, the product is einsum_matmul's (with its copy where A is F-ordered)
-    p = gemm_plan(eq, shapes)
+    p = gemm_of(eq, shapes)
     assert p is not None
     rng = np.random.default_rng(0)
     a, b = (rng.integers(-3, 4, size=s).astype(dtype) for s in shapes)
@@ -71,9 +71,9 @@ def test_reshaped_strides_are_numpys():
 
 
 def test_gemm_plan_shapes():
-    p = gemm_plan("bij,bjk->bik", [(3, 4, 5), (3, 5, 2)])
+    p = gemm_of("bij,bjk->bik", [(3, 4, 5), (3, 5, 2)])
     assert p.bmkn == (3, 4, 5, 2) and p.out_perm is None
-    q = gemm_plan("ijk,kl->lji", [(4, 3, 5), (5, 6)])
+    q = gemm_of("ijk,kl->lji", [(4, 3, 5), (5, 6)])
     assert q.bmkn[0] == 1 and q.bmkn[2] == 5 and {q.bmkn[1], q.bmkn[3]} == {12, 6}
     # l leads the result: B's matrix goes first (swapped), so the product needs no permuting
     assert q.swapped and q.out_perm is None and q.res_shape == (6, 3, 4)
@@ -85,7 +85,7 @@ def test_a_pairs_labels_are_planned_once_and_its_sizes_every_time():
     rng = np.random.default_rng(5)
     pair_labels.cache_clear()
     for shapes in ([(2, 3, 4), (4, 3, 5)], [(6, 1, 2), (2, 1, 7)], [(1, 5, 3), (3, 5, 1)]):
-        p = gemm_plan("abc,cbd->dab", shapes)
+        p = gemm_of("abc,cbd->dab", shapes)
         (a, b, c), d = shapes[0], shapes[1][2]
         assert p.bmkn == (b, a, c, d) and p.res_shape == (b, a, d)   # batch b, M a, N d
         lead = (b,) if b != 1 else ()

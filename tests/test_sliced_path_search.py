@@ -13,6 +13,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent / "passes"))
 from test_slicing import grid_equation, network_graph, network_inputs  # noqa: E402
 
 import graphopt as go  # noqa: E402
+from graphopt.contract.rates import DEVICE_RATES, HOST_RATES  # noqa: E402
 from graphopt.contract.search import searchers as path_searchers
 from graphopt.contract.slicing import path_search as sliced_path_search  # noqa: E402
 from graphopt.contract.slicing.labels import MAX_FLOP_OVERHEAD, fit_slices  # noqa: E402
@@ -130,7 +131,7 @@ def test_without_cotengra_step_2_starts_from_the_cheapest_slicing_too_dear_to_ta
     monkeypatch.setattr(sliced_path_search.path_search, "find_path",
                         lambda *a, **k: searched.append(a[2]) or real(*a, **k))
     p, plan, ws, rec = search_sliced_path(eq, shapes, "float64", share, quick, None,
-                                          cache=False, combo_rate=2e12)
+                                          cache=False, rates=DEVICE_RATES)
     assert ws <= share and plan.flop_overhead <= MAX_FLOP_OVERHEAD, rec
     assert rec["searcher"].startswith("graphopt's path search of the unsliced network "
                                       "again (") and "slice-and-reconfigure" not in \
@@ -256,6 +257,6 @@ def test_a_path_that_slices_only_too_dearly_is_searched_again_unsliced(cache_dir
     full = dict.fromkeys("".join(terms), 8)
     assert searched[0][0] == full          # the unsliced sizes: no label at a block size
     run = sliced_path_search._SlicedSearch(eq, shapes, "float64", budget, path, None, 1,
-                                           None, None)
+                                           None, None, HOST_RATES)
     assert run.most > 0.6 and rec["budget_seconds"] == 0.6     # the stake, capped
     assert [tuple(q) for q in p] != path    # sliced along the path step 1b found

@@ -1,4 +1,4 @@
-"""The execution order, liveness over it, and the ``MemoryPlan`` (with the naive one: every
+"""The execution order, liveness over it, and the ``ArenaLayout`` (with the naive one: every
 intermediate its own buffer). The ``memory`` pass builds a better plan (in-place reuse,
 shared offsets) on top of these; lowering, the interpreter and dask run ``execution_order``.
 """
@@ -26,7 +26,7 @@ VECTOR_SCAN_BUFFERS = 300
 
 
 @dataclass
-class MemoryPlan:
+class ArenaLayout:
     """Where each intermediate lives in the arena, and what that costs.
 
     ``naive_bytes``: every intermediate in its own buffer; ``planned_bytes``: the arena;
@@ -135,14 +135,14 @@ def peak_live_bytes(intervals: dict, sizes: dict, inplace: dict | None = None) -
     return int(live_bytes(intervals, sizes).max(initial=0))
 
 
-def naive_memory_plan(G: nx.MultiDiGraph, order: list[int]) -> MemoryPlan:
+def naive_layout(G: nx.MultiDiGraph, order: list[int]) -> ArenaLayout:
     """Every arena node at its own offset: what an op-by-op runtime holds if nothing is freed."""
     intervals = liveness_intervals(G, order)
     sizes = {n: ir.nbytes(G, n) for n in intervals}
     offsets, _ = stacked_offsets(sizes)
     # (the arena ends where its last buffer does, as the memory pass's)
     top = max((offsets[n] + s for n, s in sizes.items()), default=0)
-    return MemoryPlan(offsets=offsets, sizes=sizes, naive_bytes=naive_bytes(sizes),
+    return ArenaLayout(offsets=offsets, sizes=sizes, naive_bytes=naive_bytes(sizes),
                       planned_bytes=top, lower_bound_bytes=peak_live_bytes(intervals, sizes),
                       intervals=intervals)
 

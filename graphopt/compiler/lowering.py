@@ -13,7 +13,7 @@ import networkx as nx
 from .. import ir
 from ..analysis import cost
 from ..analysis.fused import member_ops
-from ..analysis.liveness import execution_order, naive_memory_plan
+from ..analysis.liveness import execution_order, naive_layout
 from ..runtime.kernel import Step
 from ..runtime.plan import Plan
 
@@ -22,7 +22,7 @@ def lower(G: nx.MultiDiGraph, source_graph: nx.MultiDiGraph, backend, ctx, repor
     """IR -> ``Plan``: one step per computed node in execution order, each with its
     backend kernel, slots and arena offset; outputs get fresh arrays per call."""
     order = execution_order(G)
-    mem = G.graph.get("memory_plan") or naive_memory_plan(G, order)
+    mem = G.graph.get("arena_layout") or naive_layout(G, order)
     slot = {n: i for i, n in enumerate(order)}
     init_vals: list = [None] * len(order)
     nodes = G._node     # (networkx's plain dict: a network's hundreds of inputs pass here)

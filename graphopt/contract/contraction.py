@@ -30,7 +30,7 @@ from ..ir.einsum import split as split_equation
 from .paths import default_path, label_sizes, path_flops, play_path
 from .program.build import step_forms
 from .program.einsum_bytes import np_einsum_bytes
-from .program.gemm import BLAS_DTYPES, gemm_plan, gemm_workspace_bytes
+from .program.gemm import BLAS_DTYPES, gemm_of, gemm_workspace_bytes
 from .program.run import path_contraction
 from .rates import DEVICE_RATES, Rates, host_rates
 from .slicing.run import contraction_workspace_bytes, full_slice_shapes
@@ -242,7 +242,7 @@ def pair_workspace_bytes(equation: str, shapes, dtype: str, form: str) -> int:
     C-contiguous, and inputs are predicted so, as a program's are)."""
     itemsize = np.dtype(dtype).itemsize
     if form == "gemm" and len(shapes) == 2:
-        gemm = gemm_plan(equation, shapes)
+        gemm = gemm_of(equation, shapes)
         if gemm is not None:
             return gemm_workspace_bytes(gemm, shapes, itemsize, dtype in BLAS_DTYPES)
     terms, output = split_equation(equation)

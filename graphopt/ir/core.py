@@ -5,7 +5,7 @@ Node attributes: ``op`` (str), ``shape`` (tuple of ints), ``dtype`` (numpy dtype
 a node is an in-edge with ``arg=k``; ``x * x`` has two edges. Graph attributes ``inputs`` and
 ``outputs`` list node ids in declared order; ``output_structure`` says how ``outputs`` map
 back onto what the user passed to ``g.output`` (one tensor, a tuple/list, or a dict).
-Passes may leave ``schedule`` (an execution order) and ``memory_plan`` in the graph
+Passes may leave ``schedule`` (an execution order) and ``arena_layout`` in the graph
 attributes; a pass that changes nodes drops them.
 """
 
@@ -26,7 +26,7 @@ from . import ops
 NODE_KEYS = ("op", "shape", "dtype", "attrs", "src")
 # Graph attributes that describe one particular node numbering/order; they are derived
 # facts that a structural change invalidates.
-DERIVED_GRAPH_ATTRS = ("schedule", "memory_plan")
+DERIVED_GRAPH_ATTRS = ("schedule", "arena_layout")
 
 
 def new_graph(name: str = "graph") -> nx.MultiDiGraph:

@@ -5,7 +5,7 @@ Liveness comes from ``graphopt.memory.liveness_intervals`` over the execution or
 node takes over an operand's buffer where that operand dies at the node and has the same
 byte size (both arena values: never an input, constant or output). Buffers then get arena
 offsets by best fit, largest first (as XLA's heap simulator and TFLite's arena planner do),
-64-byte aligned. The result is a ``liveness.MemoryPlan`` in ``graph["memory_plan"]``.
+64-byte aligned. The result is a ``liveness.ArenaLayout`` in ``graph["arena_layout"]``.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import numpy as np
 from .. import ir
 from ..analysis.liveness import (
     ALIGN,
-    MemoryPlan,
+    ArenaLayout,
     assign_arena_offsets,
     buffer_groups,
     execution_order,
@@ -80,7 +80,7 @@ def find_inplace(G, order: list[int], intervals: dict, sizes: dict) -> dict[int,
     return inplace
 
 
-def check_memory_plan(G, plan: MemoryPlan) -> None:
+def check_layout(G, plan: ArenaLayout) -> None:
     """Raise ``GraphError`` unless ``plan`` is sound for ``G``: sizes match, offsets are
     aligned, no two values live at one step share a byte unless one took the other's buffer
     in place (and they meet only at that step), ``lower_bound <= planned <= naive``."""
@@ -117,7 +117,7 @@ def check_memory_plan(G, plan: MemoryPlan) -> None:
 
 @register_pass("memory")
 def memory(G: nx.MultiDiGraph, ctx) -> PassResult:
-    """Plan the arena for the execution order; store it in ``graph["memory_plan"]``.
+    """Plan the arena for the execution order; store it in ``graph["arena_layout"]``.
 
     Details: ``naive_bytes`` (every arena value in its own aligned buffer),
     ``planned_bytes`` (the arena), ``lower_bound_bytes`` (the most bytes live at one step),
@@ -128,13 +128,13 @@ def memory(G: nx.MultiDiGraph, ctx) -> PassResult:
     sizes = {n: ir.nbytes(H, n) for n in intervals}
     inplace = find_inplace(H, order, intervals, sizes)
     offsets, arena = assign_arena_offsets(intervals, sizes, inplace)
-    plan = MemoryPlan(offsets=offsets, sizes=sizes,
+    plan = ArenaLayout(offsets=offsets, sizes=sizes,
                       naive_bytes=naive_bytes(sizes), planned_bytes=arena,
                       lower_bound_bytes=peak_live_bytes(intervals, sizes, inplace),
                       inplace=inplace,
                       intervals=intervals)
     H.graph["schedule"] = order
-    H.graph["memory_plan"] = plan
+    H.graph["arena_layout"] = plan
     return PassResult(H, {"naive_bytes": plan.naive_bytes, "planned_bytes": plan.planned_bytes,
                           "lower_bound_bytes": plan.lower_bound_bytes,
                           "inplace": [[n, u] for n, u in inplace.items()],

@@ -130,7 +130,7 @@ def schedule(G: nx.MultiDiGraph, ctx) -> PassResult:
     peaks = {name: peak_of(H, order) for name, order in candidates}
     best, order = min(candidates, key=lambda c: peaks[c[0]])  # min keeps the first on ties
     if order != incoming:
-        H.graph.pop("memory_plan", None)  # planned for another order
+        H.graph.pop("arena_layout", None)  # planned for another order
     H.graph["schedule"] = order
     before = peaks["incoming" if "incoming" in peaks else "topological"]
     return PassResult(H, {"peak_before": before, "peak_topological": peaks["topological"],

@@ -130,7 +130,7 @@ def _slice_node(G, n, limit: int, optimize, budget: int = 1, options=None,
             new_path, plan, _, searched = search_sliced_path(
                 eq, shapes, dtype, share, path, found, 1, dtypes,
                 time_budget=None if path_time is None else max(0.0, path_time - spent),
-                cache=options.get("path_cache", True), combo_rate=rates.combo)
+                cache=options.get("path_cache", True), rates=rates)
         except GraphError:
             raise refusal from None
     except GraphError as e:

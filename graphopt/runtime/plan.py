@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from ..analysis.liveness import MemoryPlan
+from ..analysis.liveness import ArenaLayout
 from ..errors import VALUE_ERRORS
 from ..observe import display, progress
 from . import threads
@@ -56,12 +56,12 @@ class Plan(StepsIntrospection):
         graph: the IR after the passes.
         steps: the executed steps in order.
         kernels: one per step, each with ``.source``.
-        memory: the ``MemoryPlan``.
+        memory: the ``ArenaLayout``.
         report: the ``OptimizationReport``.
         backend: the backend object.
     """
 
-    def __init__(self, *, source_graph, graph, steps: list[Step], memory: MemoryPlan,
+    def __init__(self, *, source_graph, graph, steps: list[Step], memory: ArenaLayout,
                  arena_bytes: int, backend, pool, input_slots, output_slots, init_vals,
                  report=None, options=None):
         self._spec = dict(source_graph=source_graph, graph=graph, steps=steps, memory=memory,

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from graphopt.backends.cupy import codegen as cg
-from graphopt.contract.program.gemm import gemm_plan, run_gemm
+from graphopt.contract.program.gemm import gemm_of, run_gemm
 from graphopt.ir.einsum_numpy import evaluate as einsum_evaluate
 
 GXX = shutil.which("g++")
@@ -145,7 +145,7 @@ def _run_stages(exe: str, j: int, prog, args: list, workdir: str) -> np.ndarray:
         if s.kind == "einsum":
             xs = [v.astype(s.dtype) for v in views]
             out = np.empty(s.shape, s.dtype)
-            p = gemm_plan(s.equation, [v.shape for v in xs]) if len(xs) == 2 else None
+            p = gemm_of(s.equation, [v.shape for v in xs]) if len(xs) == 2 else None
             if p is not None:
                 run_gemm(np, p, xs[0], xs[1], out)
             else:

@@ -10,7 +10,7 @@ import pytest
 from graphopt.backends import timing
 from graphopt.backends.numba import contraction as cpu_contraction
 from graphopt.contract.contraction import Contraction
-from graphopt.contract.program.gemm import BLAS_DTYPES, gemm_plan
+from graphopt.contract.program.gemm import BLAS_DTYPES, gemm_of
 from graphopt.contract.program.run import PathContraction
 from graphopt.contract.rates import HOST_RATES, SMALL_PAIR_WORK
 from graphopt.ir.einsum import split
@@ -98,8 +98,8 @@ def test_small_pairs_and_products_that_sum_nothing_go_to_einsum():
 
 
 def test_einsum_is_faster_is_the_size_rule_then_the_summed_rule():
-    p = gemm_plan("ij,jk->ik", [(8, 8), (8, 8)])
-    outer = gemm_plan("ij,kl->ijkl", [(8, 8), (8, 8)])
+    p = gemm_of("ij,jk->ik", [(8, 8), (8, 8)])
+    outer = gemm_of("ij,kl->ijkl", [(8, 8), (8, 8)])
     faster = HOST_RATES.einsum_is_faster
     assert faster(SMALL_PAIR_WORK - 1) and not faster(SMALL_PAIR_WORK)
     assert not faster(512, p) and faster(4096, outer)

@@ -28,7 +28,7 @@ from graphopt.backends.cupy.kernels.contractions import (
 )
 from graphopt.backends.cupy.kernels.cublas import Cublas
 from graphopt.contract.contraction import Contraction
-from graphopt.contract.program.gemm import gemm_plan, run_gemm, transpose_copy_bytes, view_is_free
+from graphopt.contract.program.gemm import gemm_of, run_gemm, transpose_copy_bytes, view_is_free
 from graphopt.contract.rates import DEVICE_RATES
 from graphopt.ir.einsum import parse as einsum_parse
 from graphopt.ir.interpreter import run_graph
@@ -211,7 +211,7 @@ def test_kernel_names_are_structural():
     ("bi,bi->b", [(3, 4), (3, 4)]),
 ])
 def test_gemm_plan_matches_numpy_einsum(eq, shapes, rng):
-    p = gemm_plan(eq, shapes)
+    p = gemm_of(eq, shapes)
     a, b = (rng.standard_normal(s) for s in shapes)
     out = np.empty(einsum_parse(eq, shapes).output_shape)
     run_gemm(np, p, a, b, out)
@@ -268,7 +268,7 @@ def test_contraction_candidates_follow_the_device_s_form():
 
 
 def test_gemm_plan_refuses_diagonals():
-    assert gemm_plan("ii,ij->j", [(3, 3), (3, 4)]) is None
+    assert gemm_of("ii,ij->j", [(3, 3), (3, 4)]) is None
 
 
 def test_view_is_free_knows_transposed_matrices():

@@ -9,7 +9,7 @@ from graphopt.analysis.liveness import ALIGN, align, assign_arena_offsets, liven
 from graphopt.errors import GraphError
 from graphopt.ir.interpreter import interpret
 from graphopt.passes import PassContext
-from graphopt.passes.memory import check_memory_plan, find_inplace, memory
+from graphopt.passes.memory import check_layout, find_inplace, memory
 
 
 def check_plan(G, plan):
@@ -42,9 +42,9 @@ def check_plan(G, plan):
 def run(G):
     res = memory(G, PassContext())
     ir.verify(res.graph)
-    plan = res.graph.graph["memory_plan"]
+    plan = res.graph.graph["arena_layout"]
     check_plan(res.graph, plan)
-    check_memory_plan(res.graph, plan)
+    check_layout(res.graph, plan)
     return res.graph, plan, res.record
 
 
@@ -184,7 +184,7 @@ def test_check_memory_plan_rejects_overlap():
     assert plan.offsets[a_id] != plan.offsets[b_id]
     plan.offsets[b_id] = plan.offsets[a_id]
     with pytest.raises(GraphError, match="overlap"):
-        check_memory_plan(H, plan)
+        check_layout(H, plan)
 
 
 @pytest.mark.parametrize("longest", [3, 12, 30])
@@ -218,13 +218,13 @@ def test_best_fit_finds_overlaps_the_same_by_steps_in_python_and_in_numpy(longes
 
 @pytest.mark.parametrize("opt_level", [0, 1, 2])
 def test_every_level_s_memory_plan_passes_the_memory_check(opt_level):
-    # below opt_level 2 lowering plans every value its own buffer (``naive_memory_plan``):
+    # below opt_level 2 lowering plans every value its own buffer (``naive_layout``):
     # its naive count is the memory pass's (aligned buffers), so naive >= planned holds too
     g = go.Graph("small")
     x = g.input("x", (3,), "float64")
     g.output(go.exp(x * 2.0 + 1.0).sum())
     plan = go.compile(g, backend="numpy", opt_level=opt_level, cache=False)
-    check_memory_plan(plan.graph, plan.memory)
+    check_layout(plan.graph, plan.memory)
     assert plan.memory.naive_bytes >= plan.memory.planned_bytes >= \
         plan.memory.lower_bound_bytes
     assert plan.memory.naive_bytes % ALIGN == 0

@@ -78,7 +78,7 @@ def test_recomputation_lowers_the_arena_to_the_budget(fraction):
         assert copy["recomputes"] == v["node"] and copy["op"] == original["op"]
         assert copy["src"] == original["src"]          # the user's line, as the original's
     # the memory pass plans the order the rematerialize pass leaves
-    planned = PassManager(["memory"]).run(H, PassContext())[0].graph["memory_plan"]
+    planned = PassManager(["memory"]).run(H, PassContext())[0].graph["arena_layout"]
     assert planned.planned_bytes == d["arena_after"]
 
 

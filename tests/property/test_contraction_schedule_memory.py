@@ -13,7 +13,7 @@ from graphopt.analysis import cost
 from graphopt.ir.interpreter import interpret
 from graphopt.passes import PASSES, PassContext, PassManager
 from graphopt.passes.contraction import contraction
-from graphopt.passes.memory import check_memory_plan, memory
+from graphopt.passes.memory import check_layout, memory
 from graphopt.passes.schedule import peak_of, schedule
 from graphopt.testing import (
     assert_pass_preserves_semantics,
@@ -140,8 +140,8 @@ def test_memory_plan_is_sound(g):
     H, _ = PassManager(_pipeline(["fusion", "schedule"])).run(G, PassContext())
     res = memory(H, PassContext())
     ir.verify(res.graph)
-    plan = res.graph.graph["memory_plan"]
-    check_memory_plan(res.graph, plan)
+    plan = res.graph.graph["arena_layout"]
+    check_layout(res.graph, plan)
     outs, ins = set(res.graph.graph["outputs"]), set(res.graph.graph["inputs"])
     consts = {n for n in res.graph if res.graph.nodes[n]["op"] == "const"}
     arena = set(plan.offsets)
@@ -167,7 +167,7 @@ def _compile_matches_interpreter(g, data, **compile_kwargs):
         assert limit is not None and found and max(found) > limit, str(e)
         return
     assert_plan_matches_interpreter(G, plan, inputs, calls=3)  # later calls reuse the arena
-    check_memory_plan(plan.graph, plan.memory)
+    check_layout(plan.graph, plan.memory)
 
 
 @given(graphs(max_nodes=20), st.data())

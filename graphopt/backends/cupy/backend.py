@@ -194,7 +194,7 @@ class CupyBackend(Backend):
         literals = {k: np.asarray(G.nodes[u]["attrs"]["value"]).reshape(()).item()
                     for k, u in enumerate(operands) if G.nodes[u]["op"] == "const"
                     and math.prod(G.nodes[u]["shape"]) == 1}
-        mem = G.graph.get("memory_plan")
+        mem = G.graph.get("arena_layout")
         donor = mem.inplace.get(n) if mem is not None else None
         aliased = frozenset(k for k, u in enumerate(operands) if u == donor)
         key = (ir.structural_hash(sub), tuple(sorted((k, repr(v)) for k, v in literals.items())),

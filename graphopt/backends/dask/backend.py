@@ -35,7 +35,7 @@ import numpy as np
 from ... import ir
 from ...analysis import cost
 from ...analysis.fused import member_ops
-from ...analysis.liveness import execution_order, naive_memory_plan
+from ...analysis.liveness import execution_order, naive_layout
 from ...errors import VALUE_ERRORS, GraphError
 from ...runtime.kernel import Kernel, Step
 from ...runtime.plan import StepsIntrospection
@@ -215,7 +215,7 @@ class DaskPlan(StepsIntrospection):
                               is_output=n in G.graph["outputs"], flops=cost.node_flops(G, n),
                               bytes=cost.node_bytes(G, n),
                               srcs=(d["src"],) if d.get("src") else ()))
-        memory = G.graph.get("memory_plan") or naive_memory_plan(G, order)
+        memory = G.graph.get("arena_layout") or naive_layout(G, order)
         plan = cls(source_graph=source_graph, graph=G, steps=steps, memory=memory,
                    backend=backend, report=report, options=ctx.options, order=order)
         plan._dry_run()

@@ -233,7 +233,7 @@ def measured_once(source: str, measure, keys=()) -> tuple[dict, bool]:
 def _guard_inplace(fn, inplace_ok, G, n):
     """Where the memory plan has ``n`` overwrite an operand the kernel cannot read while
     writing (``inplace_ok`` False), hand the kernel a copy of that operand instead."""
-    mem = G.graph.get("memory_plan")
+    mem = G.graph.get("arena_layout")
     donor = mem.inplace.get(n) if mem is not None else None
     if donor is None:
         return fn

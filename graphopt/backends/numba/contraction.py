@@ -21,7 +21,7 @@ from ...analysis.fused import runs_along_path
 from ...contract.contraction import Contraction, contraction_of, pair_workspace_bytes
 from ...contract.program.gemm import (
     BLAS_DTYPES,
-    gemm_plan,
+    gemm_of,
     gemm_source,
     run_gemm,
     transpose_copy_bytes,
@@ -83,7 +83,7 @@ def contraction_candidates(c: Contraction, rates: Rates = HOST_RATES
     work = math.prod(c.sizes.values())
     est_einsum = rates.einsum_seconds(work)
     blas = dtype in BLAS_DTYPES
-    p = gemm_plan(eq, shapes) if len(shapes) == 2 else None
+    p = gemm_of(eq, shapes) if len(shapes) == 2 else None
     if p is None:
         why = ("not a GEMM (a repeated label: trace or diagonal)" if len(shapes) == 2
                else "np.einsum's loops")
@@ -111,7 +111,7 @@ def contraction(c: Contraction, opt_level: int, form: str = "auto",
     ``c``: the first of ``contraction_candidates``, or the fastest measured at ``opt_level``
     3, or the one ``form`` pins."""
     eq, shapes, dtype = c.equation, c.shapes, c.dtype
-    plan = gemm_plan(eq, shapes) if len(shapes) == 2 else None
+    plan = gemm_of(eq, shapes) if len(shapes) == 2 else None
     cands = contraction_candidates(c, rates)
     impl, why, est = cands[0]
     details = {"contraction": impl, "reason": why,

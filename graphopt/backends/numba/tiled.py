@@ -62,7 +62,7 @@ def block_graph(sub: nx.MultiDiGraph, lead: tuple, block: tuple) -> nx.MultiDiGr
     return H
 
 
-def _thread_plan(nblocks: int, flops: float) -> str:
+def _thread_choice(nblocks: int, flops: float) -> str:
     """What ``parallel_blocks`` decides for every thread count, in words (the report)."""
     most = min(nblocks, threads.useful_threads(flops, nblocks))
     if most < 2:
@@ -128,7 +128,7 @@ def tiled_kernel(G: nx.MultiDiGraph, n: int, kernel_of, flops: float = 0.0,
                          f"{sum(math.prod(s) * np.dtype(dt).itemsize for _, s, dt in scratch)}"
                          " B per block stay in cache",
                "blocks": len(blocks), "block": block,
-               "threads": _thread_plan(len(blocks), flops),
+               "threads": _thread_choice(len(blocks), flops),
                "steps": [{"kernel": k.name, "impl": k.impl,
                           "reason": k.details.get("reason", "")} for _, k, _ in steps]}
     if timing is not None and len(blocks) > 1 and timing[2] > 1:

@@ -1,11 +1,11 @@
 """A contraction's program: each step of a path planned once per operand shapes.
 
-``plan_program(terms, output, path, shapes, dtype, strides)`` is what
+``build_program(terms, output, path, shapes, dtype, strides)`` is what
 ``contraction_program.PathContraction`` runs. The steps are ``paths.play_path``'s, so every
 intermediate has the label order the contraction pass gives its pairwise nodes. Each step:
 
 - a pairwise step whose labels map onto a (batched) matrix product is one GEMM
-  (``gemm.gemm_plan``, run by ``gemm.run_gemm`` with the caller's ``matmul``: BLAS's, or
+  (``gemm.gemm_of``, run by ``gemm.run_gemm`` with the caller's ``matmul``: BLAS's, or
   in integer, bool or float16 operands ``einsum_matmul``'s), unless
   ``gemm.einsum_is_faster`` gives it to ``np.einsum`` (a small step, or in a BLAS dtype one
   that sums nothing);
@@ -46,12 +46,12 @@ from .einsum_bytes import np_einsum_bytes, np_einsum_fills_no_buffer
 from .gemm import (
     BLAS_DTYPES,
     GEMM_VIEW_BYTES,
-    GemmPlan,
+    Gemm,
     c_strides,
     copies_bytes,
     operand_copies,
     operand_scratch,
-    pair_gemm_plan,
+    pair_gemm,
     run_gemm,
 )
 
@@ -120,7 +120,7 @@ class ProgramStep(NamedTuple):
     positions: tuple[int, ...]
     equation: str
     shape: tuple[int, ...]
-    gemm: GemmPlan | None
+    gemm: Gemm | None
     offset: int | None = None
     scratch: int = 0
     scratch_new: int = 0
@@ -236,11 +236,11 @@ def _step_gemm(terms, result, size: dict, uniform: bool):
     repeated label)."""
     if len(terms) != 2 or not uniform:
         return None
-    return pair_gemm_plan(terms[0], terms[1], result, size)
+    return pair_gemm(terms[0], terms[1], result, size)
 
 
-def _plan_step(equation: str, in_shapes: tuple, form: str
-               ) -> tuple[str, tuple, GemmPlan | None, dict]:
+def _build_step(equation: str, in_shapes: tuple, form: str
+               ) -> tuple[str, tuple, Gemm | None, dict]:
     """``(equation to run, result shape, GEMM plan or None, each label's size)`` of one
     step whose ``form`` (``step_forms``) is ``"gemm"`` or ``"einsum"``."""
     terms, result = split(equation)
@@ -279,10 +279,10 @@ def _step_forms(terms: tuple, output: str, path: tuple, shapes: tuple, blas: boo
 
 
 @functools.lru_cache(maxsize=4096)
-def _planned_step(equation: str, in_shapes: tuple, in_strides: tuple, form: str, blas: bool,
+def _built_step(equation: str, in_shapes: tuple, in_strides: tuple, form: str, blas: bool,
                   itemsize: int, device: bool = False
-                  ) -> tuple[str, tuple, GemmPlan | None, int, tuple, tuple | None]:
-    """``_plan_step`` of one step for operands of element ``in_strides``, with the bytes it
+                  ) -> tuple[str, tuple, Gemm | None, int, tuple, tuple | None]:
+    """``_build_step`` of one step for operands of element ``in_strides``, with the bytes it
     allocates beside its operands and result (a GEMM's for its operands,
     ``operand_scratch``; np.einsum's own, ``np_einsum_bytes``; 0 for a step of more than
     two operands, whose result ``evaluate`` makes; on the host a GEMM's views too,
@@ -291,7 +291,7 @@ def _planned_step(equation: str, in_shapes: tuple, in_strides: tuple, form: str,
     bytes not counted in the first: the program places them), else None. ``device``: the
     step runs on a GPU, whose memory holds arrays only. Memoized: the steps of a large
     network repeat (an MPS's bulk, a circuit's layers)."""
-    equation, shape, plan, size = _plan_step(equation, in_shapes, form)
+    equation, shape, plan, size = _build_step(equation, in_shapes, form)
     if plan is None:
         if len(in_shapes) <= 2:
             terms, result = split(equation)
@@ -332,7 +332,7 @@ def squeeze_ones(terms: Sequence[str], output: str, shapes, strides):
             tuple(sizes[c] for c in output))
 
 
-def plan_program(terms: Sequence[str], output: str, path, shapes, dtype, strides=None,
+def build_program(terms: Sequence[str], output: str, path, shapes, dtype, strides=None,
                  layout_of: Program | None = None, device: bool = False,
                  forms=None) -> Program:
     """The steps of ``terms -> output`` along ``path`` for operands of ``shapes`` and
@@ -374,7 +374,7 @@ def plan_program(terms: Sequence[str], output: str, path, shapes, dtype, strides
                     intervals[x[2]] = (x[2], k)
             for i in reversed(inds):
                 del current[i]
-        eq, shape, plan, held, res_strides, copies = _planned_step(
+        eq, shape, plan, held, res_strides, copies = _built_step(
             first_use_equation(picked, result), in_shapes, in_strides, forms[k], blas,
             itemsize, device)
         nbytes = math.prod(shape) * itemsize

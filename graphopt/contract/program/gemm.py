@@ -1,6 +1,6 @@
 """A pairwise einsum as one (batched) GEMM: the pure planning both BLAS backends share.
 
-``gemm_plan`` maps ``einsum(eq, a, b)`` onto ``C[b, m, n] = sum_k A[b, m, k] B[b, k, n]``
+``gemm_of`` maps ``einsum(eq, a, b)`` onto ``C[b, m, n] = sum_k A[b, m, k] B[b, k, n]``
 (opt_einsum's transpose-transpose-GEMM-transpose scheme); ``run_gemm`` executes it with any
 array module (NumPy on the CPU backend, cupy on the GPU one) and a matmul of the caller's.
 """
@@ -22,11 +22,11 @@ from .matmul import (  # BLAS_DTYPES: the dtypes BLAS multiplies (a GEMM in anot
 )
 
 
-class GemmPlan(NamedTuple):
+class Gemm(NamedTuple):
     """A pairwise einsum as ``C[b, m, n] = sum_k A[b, m, k] B[b, k, n]``: labels only in one
     operand and not in the output are summed first; the output order is ``batch + m + n``
     unless ``out_perm`` says how to transpose the result into it. A named tuple, made by
-    ``pair_gemm_plan`` with ``matrices`` worked out: a network's program plans hundreds of
+    ``pair_gemm`` with ``matrices`` worked out: a network's program plans hundreds of
     steps (0.9 against 2.1 us each as a frozen dataclass with ``matrices`` cached)."""
 
     sum_a: tuple
@@ -58,16 +58,16 @@ class _PairLabels(NamedTuple):
     moves: tuple           # whether perm_a, perm_b move any axis
 
 
-def gemm_plan(equation: str, shapes) -> GemmPlan | None:
+def gemm_of(equation: str, shapes) -> Gemm | None:
     """``None`` if a term repeats a label (a trace or diagonal: not a GEMM)."""
     (ta, tb), out = einsum_mod.split(equation)
     size = dict(zip(ta, shapes[0]))
     size.update(zip(tb, shapes[1]))
-    return pair_gemm_plan(ta, tb, out, size)
+    return pair_gemm(ta, tb, out, size)
 
 
-def pair_gemm_plan(ta: str, tb: str, out: str, size: dict) -> GemmPlan | None:
-    """``gemm_plan`` of ``ta,tb->out`` with each label's ``size``: for a caller that has
+def pair_gemm(ta: str, tb: str, out: str, size: dict) -> Gemm | None:
+    """``gemm_of`` of ``ta,tb->out`` with each label's ``size``: for a caller that has
     split the equation and read the sizes already (a contraction program plans each
     distinct step of a network of hundreds)."""
     p = pair_labels(ta, tb, out)
@@ -81,17 +81,17 @@ def pair_gemm_plan(ta: str, tb: str, out: str, size: dict) -> GemmPlan | None:
         bmkn.append(e)
     B, M, K, N = bmkn
     lead = (B,) if B != 1 else ()
-    return GemmPlan(p.sum_a, p.sum_b, p.perm_a, p.perm_b, (B, M, K, N),
+    return Gemm(p.sum_a, p.sum_b, p.perm_a, p.perm_b, (B, M, K, N),
                     tuple(map(size.__getitem__, p.order)), p.out_perm, p.swapped,
                     (lead + (M, K), lead + (K, N), lead + (M, N)) + p.moves)
 
 
 @functools.lru_cache(maxsize=4096)
 def pair_labels(ta: str, tb: str, out: str) -> _PairLabels | None:
-    """The label work of ``pair_gemm_plan`` (None: a term repeats a label, a trace or a
+    """The label work of ``pair_gemm`` (None: a term repeats a label, a trace or a
     diagonal, not a GEMM). Memoized: a network's steps, their labels renamed in order of
     first use (``first_use_equation``), repeat a few dozen patterns at many sizes
-    (``pair_gemm_plan`` of ``abcd,cdef->abef``: 9.0 -> 2.6 us; a new 6x6 lattice's
+    (``pair_gemm`` of ``abcd,cdef->abef``: 9.0 -> 2.6 us; a new 6x6 lattice's
     program planned in 0.89 ms, 1.09 before, best of 40)."""
     if len(set(ta)) != len(ta) or len(set(tb)) != len(tb):
         return None
@@ -129,7 +129,7 @@ def _summed_first(term: str, other: str, out: str) -> tuple[list[int], str]:
     return summed, kept
 
 
-def run_gemm(xp, p: GemmPlan, a, b, out, matmul=None, into=None, copies=None):
+def run_gemm(xp, p: Gemm, a, b, out, matmul=None, into=None, copies=None):
     """Run ``p`` with array module ``xp`` (cupy, or numpy in CPU tests) into ``out``;
     ``matmul(a3, b3, c3)`` does the (batched) product (default ``xp.matmul``; with NumPy,
     ``einsum_matmul.host_matmul``: BLAS's, or np.einsum's for other dtypes). ``out`` None:
@@ -177,7 +177,7 @@ def run_gemm(xp, p: GemmPlan, a, b, out, matmul=None, into=None, copies=None):
     return out
 
 
-def _operand_matrices(p: GemmPlan, shapes) -> list[tuple[tuple, bool, bool]]:
+def _operand_matrices(p: Gemm, shapes) -> list[tuple[tuple, bool, bool]]:
     """Per GEMM operand (A, then B): its shape after the pre-sums, whether it was pre-summed,
     and whether its transposed matrix is a free view (else ``run_gemm`` copies it)."""
     a, b = (shapes[1], shapes[0]) if p.swapped else (shapes[0], shapes[1])
@@ -190,7 +190,7 @@ def _operand_matrices(p: GemmPlan, shapes) -> list[tuple[tuple, bool, bool]]:
     return out
 
 
-def transpose_copy_bytes(p: GemmPlan, shapes, itemsize: int) -> int:
+def transpose_copy_bytes(p: Gemm, shapes, itemsize: int) -> int:
     """Bytes read and written by the copies ``run_gemm`` makes (operands whose transposed
     matrix is not a free view, and a result that needs its axes permuted): the cost model's
     count, strict about BLAS-ready matrices."""
@@ -209,7 +209,7 @@ def transpose_copy_bytes(p: GemmPlan, shapes, itemsize: int) -> int:
 GEMM_VIEW_BYTES = 1312
 
 
-def gemm_workspace_bytes(p: GemmPlan, shapes, itemsize: int, blas: bool = True) -> int:
+def gemm_workspace_bytes(p: Gemm, shapes, itemsize: int, blas: bool = True) -> int:
     """Bytes ``run_gemm`` allocates at once beside ``out`` for C-contiguous operands of
     ``shapes`` on the host: ``operand_scratch`` (``blas`` as there), the unpermuted result
     where it is permuted into ``out``, and its views (``GEMM_VIEW_BYTES``)."""
@@ -278,7 +278,7 @@ def reshaped_strides(shape, strides, perm, new_shape) -> tuple | None:
     return tuple(out)
 
 
-def operand_scratch(plan: GemmPlan, layouts, itemsize: int,
+def operand_scratch(plan: Gemm, layouts, itemsize: int,
                     blas: bool = True) -> tuple[int, tuple]:
     """``(bytes run_gemm allocates for its operands, the product's element strides in the
     result's label order)`` for operands of ``layouts`` (shape, element strides): its
@@ -295,7 +295,7 @@ def copies_bytes(copies, itemsize: int) -> int:
         itemsize
 
 
-def operand_copies(plan: GemmPlan, layouts, itemsize: int,
+def operand_copies(plan: Gemm, layouts, itemsize: int,
                    blas: bool = True) -> tuple[tuple, int, tuple]:
     """``(copies, other bytes, the product's element strides in the result's label order)``
     of ``run_gemm`` for operands of ``layouts`` (shape, element strides). ``copies``: per
@@ -348,7 +348,7 @@ def view_is_free(shape, perm, groups) -> bool:
     return m is None or k is None or k == 1 or m == 1
 
 
-def gemm_source(p: GemmPlan, eq: str, library: str, product) -> str:
+def gemm_source(p: Gemm, eq: str, library: str, product) -> str:
     """Readable source of ``run_gemm`` for ``p``: the pre-sums, the matrix views A and B,
     then ``product(lead)``'s lines (``lead`` is the batch extent prefix, "B, " or "")."""
     B, M, K, N = p.bmkn

@@ -1,7 +1,7 @@
 """A contraction along a path: planned once per operand shapes, then run step by step.
 
 ``PathContraction(equation, path)(*arrays)`` computes ``einsum(equation, *arrays)`` along
-``path`` (opt_einsum's linear format), running the program ``contraction_plan.plan_program``
+``path`` (opt_einsum's linear format), running the program ``contraction_plan.build_program``
 made for the operands' shapes, strides and dtype (planned once per such signature), on an
 arena of the program's size. The last result is the caller's ``out`` or a new array, never
 the arena.
@@ -19,7 +19,7 @@ import numpy as np
 from ...ir.einsum import split
 from ...ir.einsum_numpy import promote_operands
 from ..rates import DEVICE_RATES, host_rates
-from .build import Program, plan_program, squeeze_ones, step_forms
+from .build import Program, build_program, squeeze_ones, step_forms
 from .gemm import c_strides
 
 
@@ -98,11 +98,11 @@ class PathContraction:
             forms = self.forms_for(shapes, dtype, ragged=full_shapes is not None)
             squeezed = squeeze_ones(self.terms, self.output, shapes, strides)
             if squeezed is None:
-                prog = plan_program(self.terms, self.output, self.path, shapes, dtype, strides,
+                prog = build_program(self.terms, self.output, self.path, shapes, dtype, strides,
                                     full, self.device, forms)
             else:
                 terms, output, in_shapes, in_strides, out_shape = squeezed
-                prog = plan_program(terms, output, self.path, in_shapes, dtype, in_strides,
+                prog = build_program(terms, output, self.path, in_shapes, dtype, in_strides,
                                     full, self.device, forms)
                 prog = dataclasses.replace(prog, squeeze=(tuple(in_shapes), out_shape))
             self._programs[key] = prog

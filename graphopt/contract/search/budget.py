@@ -11,15 +11,13 @@ from typing import Sequence
 
 from ...errors import GraphError
 from ..paths import Steps
+from ..rates import HOST_RATES
 
 SEARCH_FRACTION = 1.0
 DEFAULT_MAX_SECONDS = 20.0
-# combo cost per second assumed when sizing the default budget: conservative (the
-# GEMM-bound networks of benchmarks/networks.py ran at 1.1-6.5e10 a second on one 2024
-# server core, complex ones at the low end; a 4e10 rate cut the search short of the
-# reconfiguration that halves the hyper-index network's run time), so the default budget is
-# up to a few times a path's actual run time
-COMBO_RATE = 1e10
+# combo cost per second assumed when sizing the default budget where no backend names its
+# own: the host's (``rates.HOST_RATES``)
+COMBO_RATE = HOST_RATES.combo
 # Under ``memory_limit``, the share of a user's ``path_time`` the unsliced search of a group
 # gets; where the group must be sliced, its search with its slices gets what that one left
 # (the two together took 1.7x and 2.0x a budget of 1 and 2 s on a 5x8 lattice at 1/4 of its

@@ -60,7 +60,7 @@ def slice_cost(steps, n_terms: int, output: str, sizes: dict,
 
 
 @dataclass(frozen=True)
-class SlicePlan:
+class Slicing:
     """The slicing chosen for one contraction.
 
     ``labels``/``blocks``: what to slice and the index values per slice; ``parts``: slices per
@@ -158,7 +158,7 @@ class _Slicer:
                    if k != last)
 
 
-def find_slices(equation: str, sizes: dict, path, itemsize: int, limit: int) -> SlicePlan:
+def find_slices(equation: str, sizes: dict, path, itemsize: int, limit: int) -> Slicing:
     """Slices of ``equation`` (along ``path``) that keep every intermediate within ``limit``
     bytes, greedily (module docstring); the operands and the result are the caller's (not
     bounded). Raises ``GraphError`` (message with the numbers) where no slicing can: an
@@ -192,8 +192,8 @@ def find_slices(equation: str, sizes: dict, path, itemsize: int, limit: int) -> 
 
 
 def slice_plan(equation: str, sizes: dict, path, itemsize: int, blocks: dict,
-               steps=None, base: SliceCost | None = None) -> SlicePlan:
-    """The ``SlicePlan`` of slicing ``equation`` along ``path`` in ``blocks`` (label ->
+               steps=None, base: SliceCost | None = None) -> Slicing:
+    """The ``Slicing`` of slicing ``equation`` along ``path`` in ``blocks`` (label ->
     index values per slice); ``steps`` and ``base`` (the path played, its unsliced cost)
     where the caller has them."""
     terms, output = split_equation(equation)
@@ -204,7 +204,7 @@ def slice_plan(equation: str, sizes: dict, path, itemsize: int, blocks: dict,
     order = [c for c in dict.fromkeys(equation) if c in blocks]
     parts = tuple(-(-sizes[c] // blocks[c]) for c in order)
     operand_elems = sum(math.prod(blocks.get(c, sizes[c]) for c in t) for t in terms)
-    return SlicePlan(labels=tuple(order), blocks=tuple(blocks[c] for c in order), parts=parts,
+    return Slicing(labels=tuple(order), blocks=tuple(blocks[c] for c in order), parts=parts,
                      n_slices=cost.n_slices, flops=cost.flops, flops_unsliced=base.flops,
                      largest_bytes=cost.largest * itemsize,
                      largest_unsliced_bytes=base.largest * itemsize,
@@ -212,7 +212,7 @@ def slice_plan(equation: str, sizes: dict, path, itemsize: int, blocks: dict,
 
 
 def slice_and_repath(equation: str, sizes: dict, path, itemsize: int, limit: int,
-                     optimize="greedy", rounds: int = 2) -> tuple[list, SlicePlan]:
+                     optimize="greedy", rounds: int = 2) -> tuple[list, Slicing]:
     """``find_slices`` on ``path``, then on paths searched for the sliced sizes (the slices
     change which order is cheap, as cotengra's slice-and-reconfigure); the cheapest result
     as ``(path, plan)``."""
@@ -265,7 +265,7 @@ MAX_FLOP_OVERHEAD = 1000.0
 
 def fit_slices(equation: str, shapes, path, dtype, budget: int, optimize="greedy",
                workers: int = 1, operand_dtypes=None,
-               repath: bool = True) -> tuple[list, SlicePlan, int]:
+               repath: bool = True) -> tuple[list, Slicing, int]:
     """Slices of ``equation`` along ``path`` whose run with ``workers`` slices at once
     allocates at most ``budget`` bytes beside its operands and result
     (``sliced_contraction.contraction_workspace_bytes``), as ``(path, plan, workspace

@@ -49,11 +49,11 @@ import numpy as np
 from ...errors import GraphError
 from ...ir.einsum import split as split_equation
 from ..paths import label_sizes, play
+from ..rates import Rates, host_rates
 from ..search import anytime as path_search
 from ..search import cache as path_cache
 from ..search import searchers as searchers
 from ..search.budget import (
-    COMBO_RATE,
     DEFAULT_MAX_SECONDS,
     HYPER_CHUNK_SECONDS,
     HYPER_MIN_SECONDS,
@@ -62,7 +62,7 @@ from ..search.budget import (
     SearchSteps,
     check_time_budget,
 )
-from .labels import MAX_FLOP_OVERHEAD, SlicePlan, fit_slices, slice_plan
+from .labels import MAX_FLOP_OVERHEAD, Slicing, fit_slices, slice_plan
 from .run import contraction_workspace_bytes, least_sliced_workspace_bytes
 
 # Intermediate targets (fractions of the memory budget, in elements) that slice-and-
@@ -73,10 +73,6 @@ from .run import contraction_workspace_bytes, least_sliced_workspace_bytes
 # gave the fewest FLOPs on 6 (1/8 on 5; 1/4 on one that 1/8 and 1/16 tied), 1/16 on one
 # (1.1e8 against 1.3e8), 1/32 and 1/64 never, at up to twice the time
 TARGET_FRACTIONS = (1 / 8, 1 / 4, 1 / 16, 1 / 32)
-# Run time a sliced plan costs per step of each slice beside its FLOPs (the loop's Python
-# and NumPy's per-call costs: 5.3 us a step on a 4x5 lattice's 32768 slices of 19 steps,
-# 4.1 s a call for 7.7e9 FLOPs); it tells a plan of many tiny slices from one of fewer
-SLICE_STEP_SECONDS = 5e-6
 # Step 2's rounds: at most this many, each given what the counted budget leaves, at most
 # REPATH_SECONDS (under HYPER_MIN_SECONDS its steps are counted, not timed, so the same in
 # every process), skipped under REPATH_MIN_SECONDS
@@ -86,16 +82,8 @@ REPATH_ROUNDS, REPATH_SECONDS, REPATH_MIN_SECONDS = 3, 0.25, 0.01
 SLICE_RECONF_SECONDS_PER_TENSOR = 3e-3
 
 
-def sliced_seconds(flops: int, n_slices: int, n_terms: int, rate: float = COMBO_RATE) -> float:
-    """Estimated run time of ``n_slices`` slices of a path over ``n_terms`` operands that
-    cost ``flops`` in all: the FLOPs at ``rate`` (the backend's ``combo_rate``), and
-    ``SLICE_STEP_SECONDS`` per step of each slice. What the search ranks slicings by, and
-    what sets its budget."""
-    return flops / rate + n_slices * max(1, n_terms - 1) * SLICE_STEP_SECONDS
-
-
-def sliced_budget(plan: SlicePlan | None, time_budget: float | None, n_terms: int,
-                  rate: float = COMBO_RATE) -> float:
+def sliced_budget(plan: Slicing | None, time_budget: float | None, n_terms: int,
+                  rates: Rates | None = None) -> float:
     """Seconds the search of a contraction sliced as ``plan`` (the best found so far) is
     worth (module docstring); with no slicing found yet, what the counted steps cost: a
     refusal is what the search saves."""
@@ -103,8 +91,9 @@ def sliced_budget(plan: SlicePlan | None, time_budget: float | None, n_terms: in
         return float(time_budget)
     if plan is None:
         return SLICE_RECONF_SECONDS_PER_TENSOR * n_terms * len(TARGET_FRACTIONS)
+    rates = rates or host_rates()
     return min(DEFAULT_MAX_SECONDS,
-               SEARCH_FRACTION * sliced_seconds(plan.flops, plan.n_slices, n_terms, rate))
+               SEARCH_FRACTION * rates.sliced_seconds(plan.flops, plan.n_slices, n_terms))
 
 
 def sliced_key(equation: str, shapes, dtype, budget: int, workers: int) -> str:
@@ -121,9 +110,9 @@ class _SlicedSearch:
     bytes)`` so far and what ran."""
 
     def __init__(self, equation, shapes, dtype, budget, path, found, workers,
-                 operand_dtypes, time_budget, combo_rate=COMBO_RATE):
+                 operand_dtypes, time_budget, rates: Rates):
         self.equation, self.shapes, self.dtype, self.budget = equation, shapes, dtype, budget
-        self.combo_rate = combo_rate
+        self.rates = rates
         self.workers, self.operand_dtypes, self.time_budget = workers, operand_dtypes, time_budget
         self.terms, self.output = split_equation(equation)
         self.sizes = label_sizes(equation, shapes)
@@ -133,8 +122,8 @@ class _SlicedSearch:
         # fit_slices refuses along one path: a searched path's own unsliced FLOPs may be
         # many times those (a 4x5 lattice under 1/24 of its peak: a billion slices)
         self.path_flops = play(self.terms, self.output, self.sizes, self.path).flops
-        self.most = MAX_FLOP_OVERHEAD * sliced_seconds(self.path_flops, 1, len(self.terms),
-                                                       combo_rate)
+        self.most = MAX_FLOP_OVERHEAD * rates.sliced_seconds(self.path_flops, 1,
+                                                             len(self.terms))
         self.ran: list[str] = []
         self.considered: set = set()
         # the counted seconds of steps 1-2, and what they spent (``SearchSteps.spent``'s
@@ -153,8 +142,7 @@ class _SlicedSearch:
         return self.least_dear is not None
 
     def seconds_of(self, fit) -> float:
-        return sliced_seconds(fit[1].flops, fit[1].n_slices, len(self.terms),
-                              self.combo_rate)
+        return self.rates.sliced_seconds(fit[1].flops, fit[1].n_slices, len(self.terms))
 
     def seconds(self) -> float:     # follows the best slicing so far: asked each time
         if self.best is None and self.dear and self.time_budget is None:
@@ -162,7 +150,7 @@ class _SlicedSearch:
             seconds = min(DEFAULT_MAX_SECONDS, SEARCH_FRACTION * self.most)
         else:
             seconds = sliced_budget(self.best[1] if self.best else None, self.time_budget,
-                                    len(self.terms), self.combo_rate)
+                                    len(self.terms), self.rates)
         self.largest_budget = max(self.largest_budget, seconds)
         return seconds
 
@@ -302,7 +290,7 @@ class _SlicedSearch:
 def search_sliced_path(equation: str, shapes, dtype, budget: int, path, found=None,
                        workers: int = 1, operand_dtypes=None,
                        time_budget: float | None = None, cache: bool = True,
-                       combo_rate: float = COMBO_RATE) -> tuple[list, SlicePlan, int, dict]:
+                       rates: Rates | None = None) -> tuple[list, Slicing, int, dict]:
     """``(path, plan, workspace bytes, record)``: the fastest slicing within ``budget``
     bytes that the search finds (module docstring), starting from ``path`` and ``found``
     (``fit_slices``'s ``(path, plan, workspace bytes)`` along it, or None where no slicing
@@ -312,7 +300,7 @@ def search_sliced_path(equation: str, shapes, dtype, budget: int, path, found=No
     ``GraphError`` where nothing found fits."""
     check_time_budget(time_budget)
     run = _SlicedSearch(equation, shapes, dtype, budget, path, found, workers,
-                        operand_dtypes, time_budget, combo_rate)
+                        operand_dtypes, time_budget, rates or host_rates())
 
     def result(rec):
         if run.best is None:

@@ -11,7 +11,7 @@ import numpy as np
 from ....contract.contraction import Contraction
 from ....contract.program.gemm import (
     BLAS_DTYPES,
-    gemm_plan,
+    gemm_of,
     gemm_source,
     run_gemm,
     transpose_copy_bytes,
@@ -33,7 +33,7 @@ def contraction_candidates(c: Contraction) -> list[tuple[str, str]]:
                  f"{[list(p) for p in c.path]}")]
     if n_ops == 1:
         return [("cupy-einsum", "one operand: a transpose/trace/sum")]
-    p = gemm_plan(eq, shapes)
+    p = gemm_of(eq, shapes)
     if p is None:
         return [("cupy-einsum", "repeated labels (diagonal): not a GEMM")]
     copy = transpose_copy_bytes(p, shapes, np.dtype(dtype).itemsize)
@@ -50,7 +50,7 @@ def contraction_fn(impl: str, eq: str, shapes, dtype: str, path=None, alpha=1):
     import cupy
 
     if impl == "cublas-gemm" and dtype in Cublas.TYPES:
-        p = gemm_plan(eq, shapes)
+        p = gemm_of(eq, shapes)
         matmul = cublas_matmul(dtype, alpha)
 
         def gemm(views, dest):
@@ -81,7 +81,7 @@ def _unscaled_contraction_fn(impl: str, eq: str, shapes, dtype: str, path):
     import cupy
 
     if impl == "cublas-gemm":  # integer and bool GEMMs: cupy's own kernels
-        p = gemm_plan(eq, shapes)
+        p = gemm_of(eq, shapes)
 
         def gemm(views, dest):
             a, b = (v.astype(dtype, copy=False) for v in views)
@@ -111,7 +111,7 @@ def contraction_source(impl: str, eq: str, shapes, alpha=1) -> str:
         return f"out[...] = opt_einsum.contract({eq!r}, ...)  # cupy arrays" + scale
     if impl != "cublas-gemm":
         return f"out[...] = cupy.einsum({eq!r}, ...)" + scale
-    p = gemm_plan(eq, shapes)
+    p = gemm_of(eq, shapes)
     M, N = p.bmkn[1], p.bmkn[3]
     k = f"{alpha!r} * " if alpha != 1 else ""
 
