@@ -204,9 +204,9 @@ def plan_ab(names) -> None:
     import opt_einsum
 
     from graphopt.backends.cupy.kernels.contractions import cublas_matmul
-    from graphopt.contract.paths import label_sizes
-    from graphopt.contract.program import run as cp
-    from graphopt.contract.search import anytime as path_search
+    from graphopt.contraction.paths import label_sizes
+    from graphopt.contraction.program import run as cp
+    from graphopt.contraction.search import anytime as path_search
     from graphopt.ir.einsum import split
 
     class HostPlanned(cp.PathContraction):

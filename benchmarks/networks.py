@@ -184,7 +184,7 @@ def symbol_equation(inputs, output) -> str:
 def _cotengra_path(eq, sizes, budget):
     import cotengra as ctg
 
-    from graphopt.contract.search.searchers import COTENGRA_MINIMIZE
+    from graphopt.contraction.search.searchers import COTENGRA_MINIMIZE
 
     terms, out = _terms(eq)
     with warnings.catch_warnings():
@@ -360,10 +360,10 @@ def measure(name: str, budget: float, processes: int = 0, peer_limit: float = 60
     import opt_einsum
 
     from graphopt.compiler import driver as compiler
-    from graphopt.contract.paths import label_sizes, play
-    from graphopt.contract.search import anytime as path_search
-    from graphopt.contract.search import cache as path_cache
-    from graphopt.contract.search import searchers as path_searchers
+    from graphopt.contraction.paths import label_sizes, play
+    from graphopt.contraction.search import anytime as path_search
+    from graphopt.contraction.search import cache as path_cache
+    from graphopt.contraction.search import searchers as path_searchers
 
     eq, arrays, tn = INSTANCES[name][1]()
     terms, out = _terms(eq)

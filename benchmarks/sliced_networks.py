@@ -63,7 +63,7 @@ def measure(name: str, fraction: int) -> dict:
     import opt_einsum
 
     import graphopt as go
-    from graphopt.contract.search.searchers import COTENGRA_MINIMIZE
+    from graphopt.contraction.search.searchers import COTENGRA_MINIMIZE
 
     eq, shapes = _equation(name)
     arrays = _random_arrays(shapes, 0)

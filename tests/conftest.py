@@ -59,7 +59,7 @@ def rng() -> np.random.Generator:
 @pytest.fixture
 def cache_dir(tmp_path, monkeypatch):
     """A fresh, private path cache for one test (nothing kept in this process either)."""
-    from graphopt.contract.search import cache as path_cache
+    from graphopt.contraction.search import cache as path_cache
 
     d = tmp_path / "cache"
     d.mkdir(mode=0o700)
@@ -71,7 +71,7 @@ def cache_dir(tmp_path, monkeypatch):
 
 def _forget_planned_steps():
     from graphopt.compiler import driver as compiler
-    from graphopt.contract.program import build, run
+    from graphopt.contraction.program import build, run
 
     build._built_step.cache_clear()
     build._step_forms.cache_clear()
@@ -91,7 +91,7 @@ def small_pair_work(value: int | None):
     import dataclasses
 
     from graphopt.backends import BACKENDS
-    from graphopt.contract import rates
+    from graphopt.contraction import rates
 
     if not _OWN_RATES:
         _OWN_RATES.append(rates.HOST_RATES)

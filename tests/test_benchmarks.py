@@ -37,6 +37,7 @@ def test_quick_run_checks_every_peer_against_numpy(tmp_path, capsys):
     assert "| small |" in capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_both_modes_run_pinned_and_default_in_their_own_processes(tmp_path, capsys):
     out = tmp_path / "bench.json"
     assert run.main(["--quick", "--workloads", "small", "--peers", "graphopt,numpy",
@@ -104,6 +105,7 @@ def test_memory_benchmark_sets_the_measured_peak_beside_the_prediction(tmp_path)
         assert low <= r["ratio"] <= 1.1 and r["within_limit"], r
 
 
+@pytest.mark.slow
 def test_sliced_networks_benchmark_runs_within_the_limit_and_checks_results(tmp_path):
     pytest.importorskip("cotengra")
     from benchmarks import sliced_networks
@@ -128,6 +130,7 @@ def test_integer_networks_benchmark_checks_results_and_peaks(tmp_path):
     assert "| randreg30 (30 tensors) | int32 |" in integer_networks.table([row])
 
 
+@pytest.mark.slow
 def test_first_contract_benchmark_contracts_distinct_networks_against_peers(tmp_path):
     pytest.importorskip("cotengra")
     from benchmarks import first_contract

@@ -48,6 +48,7 @@ def rss_bytes() -> int:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not os.path.exists("/proc/self/statm"), reason="reads /proc (Linux)")
 def test_two_thousand_distinct_plans_keep_memory_flat(monkeypatch):
     """Once the compile cache (64 plans here) is full, 1500 more distinct plans compiled, run

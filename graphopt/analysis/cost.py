@@ -11,7 +11,7 @@ import networkx as nx
 import numpy as np
 
 from .. import ir
-from ..contract import paths
+from ..contraction import paths
 from ..ir import ops
 from ..ir.einsum import split as split_equation
 

@@ -13,7 +13,7 @@ from types import MappingProxyType
 import networkx as nx
 import numpy as np
 
-from ..contract.rates import HOST_RATES, Rates
+from ..contraction.rates import HOST_RATES, Rates
 from ..errors import GraphError
 from ..runtime.kernel import Kernel
 
@@ -43,7 +43,7 @@ class Backend:
     # Runs several slices of a sliced contraction at once (on host threads): the slicing
     # pass may cut slices for that many workers. A GPU runs them one after another.
     slices_at_once = True
-    # The machine-rate table the contraction library's choices read (``contract.rates``):
+    # The machine-rate table the contraction library's choices read (``contraction.rates``):
     # each contraction step's form, the default path-search budget
     rates: Rates = HOST_RATES
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..contract.program.matmul import BLAS_CHARS, einsum_product, matmul_operands
+from ..contraction.program.matmul import BLAS_CHARS, einsum_product, matmul_operands
 from ..runtime import threads
 
 # OpenBLAS runs a real GEMM of at most this many M*N*K multiply-adds on one thread whatever

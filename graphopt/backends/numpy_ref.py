@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..analysis.fused import runs_along_path
-from ..contract.contraction import contraction_of
+from ..contraction.value import contraction_of
 from ..ir import ops
 from ..ir.interpreter import eval_node, node_peak_bytes
 from ..runtime.kernel import Kernel

@@ -19,10 +19,10 @@ from typing import Callable
 
 import numpy as np
 
-from ..contract.contraction import contraction_of
-from ..contract.program.gemm import BLAS_DTYPES
-from ..contract.program.run import PathContraction
-from ..contract.slicing.run import sliced_contract
+from ..contraction.program.gemm import BLAS_DTYPES
+from ..contraction.program.run import PathContraction
+from ..contraction.slicing.run import sliced_contract
+from ..contraction.value import contraction_of
 from ..runtime import threads
 from ..runtime.kernel import Kernel
 from .cpu_gemm import threaded_matmul

@@ -19,7 +19,7 @@ import numpy as np
 
 from .. import ir
 from ..backends import BACKENDS, get_backend
-from ..contract.groups import contraction_only
+from ..contraction.groups import contraction_only
 from ..errors import GraphError
 from ..frontend.graph import Graph
 from ..observe import progress

@@ -27,7 +27,7 @@ import networkx as nx
 import numpy as np
 
 from .. import ir
-from ..contract.contraction import Contraction
+from ..contraction.value import Contraction
 from ..errors import GraphError, InputError
 from ..ir import ops
 from ..runtime import signature

@@ -285,7 +285,7 @@ def _verify_node(G, n, d: dict, pass_name: str | None, where: str) -> None:
                     f"{shape} {dtype}", pass_name)
     held = d["attrs"].get("contraction") if d["op"] == "einsum" else None
     if held is not None:
-        # the node's contraction value (``contract.contraction``) describes this node
+        # the node's contraction value (``contraction.value``) describes this node
         wrong = held.check(d["attrs"]["equation"], [nodes[u]["shape"] for u in args_of],
                            d["dtype"], [nodes[u]["dtype"] for u in args_of])
         if wrong:

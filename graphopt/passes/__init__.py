@@ -2,16 +2,16 @@
 
 from .instruments import CheckSemantics, DumpIR, PassInstrument
 from .manager import (
-           PASSES,
-           PIPELINES,
-           PassContext,
-           PassManager,
-           PassRecord,
-           PassResult,
-           get_pass,
-           pipeline_for,
-           register_pass,
-           register_pipeline,
+    PASSES,
+    PIPELINES,
+    PassContext,
+    PassManager,
+    PassRecord,
+    PassResult,
+    get_pass,
+    pipeline_for,
+    register_pass,
+    register_pipeline,
 )
 
 __all__ = ["PASSES", "PIPELINES", "PassContext", "PassManager", "PassRecord", "PassResult",
@@ -20,14 +20,14 @@ __all__ = ["PASSES", "PIPELINES", "PassContext", "PassManager", "PassRecord", "P
 
 # Built-in passes register themselves on import.
 from . import (  # noqa: F401, E402
-           contraction,
-           cse,
-           dce,
-           fusion,
-           memory,
-           rematerialize,
-           schedule,
-           simplify,
-           slicing,
-           tiling,
+    contraction,
+    cse,
+    dce,
+    fusion,
+    memory,
+    rematerialize,
+    schedule,
+    simplify,
+    slicing,
+    tiling,
 )

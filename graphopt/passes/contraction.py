@@ -1,9 +1,9 @@
 """``contraction``: give every einsum node its contraction, merging einsum chains into one
 contraction and ordering it (DESIGN §4).
 
-Each group of einsums (``contract.groups``: a tree joined through single-use intermediates,
+Each group of einsums (``contraction.groups``: a tree joined through single-use intermediates,
 of one non-bool dtype) becomes one equation over its external operands; the search
-``ctx.optimize`` names (``contract.search.choose``) orders it, and the result is emitted as
+``ctx.optimize`` names (``contraction.search.choose``) orders it, and the result is emitted as
 pairwise steps. The FLOPs (counted as opt_einsum counts them, ``cost.node_flops``) never
 exceed the user's own order: where theirs is as good, their nodes stay. ``ctx.memory_limit``
 (bytes) bounds every intermediate a group creates; where no pairwise order fits, or where the
@@ -30,9 +30,8 @@ from opt_einsum import paths as oe_paths
 from .. import ir
 from ..analysis import cost
 from ..analysis.liveness import held_around
-from ..contract.contraction import Contraction
-from ..contract.groups import Merged, find_groups, merge
-from ..contract.paths import (
+from ..contraction.groups import Merged, find_groups, merge
+from ..contraction.paths import (
     Steps,
     combo_cost,
     left_to_right,
@@ -40,8 +39,9 @@ from ..contract.paths import (
     live_peak,
     play,
 )
-from ..contract.search import budget as search_budget
-from ..contract.search.choose import ANYTIME, best_path, fallbacks, optimizer_for, search
+from ..contraction.search import budget as search_budget
+from ..contraction.search.choose import ANYTIME, best_path, fallbacks, optimizer_for, search
+from ..contraction.value import Contraction
 from ..errors import GraphError
 from ..ir import einsum as einsum_mod
 from .manager import PassResult, register_pass

@@ -19,7 +19,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 import networkx as nx
 
 from .. import ir
-from ..contract.rates import HOST_RATES, Rates
+from ..contraction.rates import HOST_RATES, Rates
 from ..errors import GraphError
 from ..observe import progress
 from ..support.env import env_flag

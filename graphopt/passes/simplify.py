@@ -47,7 +47,7 @@ import networkx as nx
 import numpy as np
 
 from .. import ir
-from ..contract.contraction import Contraction
+from ..contraction.value import Contraction
 from ..errors import GraphError
 from ..ir import einsum as einsum_mod
 from ..ir import ops

@@ -46,13 +46,13 @@ import numpy as np
 
 from .. import ir
 from ..analysis.liveness import held_around
-from ..contract.contraction import Contraction
-from ..contract.paths import default_path, label_sizes, play
-from ..contract.rates import HOST_RATES, Rates
-from ..contract.search.searchers import reordered_for_peak
-from ..contract.slicing.labels import fit_slices
-from ..contract.slicing.path_search import search_sliced_path
-from ..contract.slicing.run import contraction_workspace_bytes, slice_workers, splits_result
+from ..contraction.paths import default_path, label_sizes, play
+from ..contraction.rates import HOST_RATES, Rates
+from ..contraction.search.searchers import reordered_for_peak
+from ..contraction.slicing.labels import fit_slices
+from ..contraction.slicing.path_search import search_sliced_path
+from ..contraction.slicing.run import contraction_workspace_bytes, slice_workers, splits_result
+from ..contraction.value import Contraction
 from ..errors import GraphError
 from ..ir.einsum import split as split_equation
 from ..runtime import threads

@@ -74,28 +74,64 @@ def _snapshot(G) -> tuple:
             tuple(sorted((n, d.get("name"), d.get("src")) for n, d in G.nodes(data=True))))
 
 
+def _pass_name(pass_) -> str:
+    return getattr(pass_, "pass_name", getattr(pass_, "__name__", repr(pass_)))
+
+
+def _run_and_check(pass_, G, ctx, raising: bool = False) -> tuple[object, str | None]:
+    """``(the pass's result, None)`` where ``pass_`` returned a graph that verifies and keeps
+    ``G``'s signature, leaving ``G`` unchanged; else ``(None, what went wrong)``. What the
+    pass raises is a finding too, unless ``raising``: then it propagates."""
+    name = _pass_name(pass_)
+    before = _snapshot(G)
+    try:
+        result = pass_(G, ctx if ctx is not None else PassContext())
+    except Exception as e:  # any crash of the pass is a finding
+        if raising:
+            raise
+        return None, f"pass {name!r} raised {type(e).__name__}: {e}"
+    H = _as_result_graph(result)
+    if _snapshot(G) != before:
+        return None, f"pass {name!r} mutated its input graph"
+    if not (hasattr(H, "nodes") and hasattr(H, "graph")):
+        return None, f"pass {name!r} returned {type(H).__name__}, not a graph"
+    try:
+        ir.verify(H, pass_name=name)
+    except GraphError as e:
+        return None, (f"pass {name!r} produced an invalid IR: {e}\nafter the pass:\n"
+                      f"{graph_text(H)}")
+    sb, sa = io_signature(G), io_signature(H)
+    if sb != sa:
+        return None, f"pass {name!r} changed the graph's signature: {sb} -> {sa}"
+    return result, None
+
+
+def checked_run(pass_, graph, ctx=None, semantics: bool = True):
+    """Run ``pass_`` once on ``graph`` (a ``go.Graph`` or an IR) with every check a pass
+    owes: it returns a graph that verifies and keeps the signature, leaves its input
+    unchanged and (``semantics``) computes what its input does on random inputs
+    (``check_same_semantics``). Returns ``(the input IR, the pass's result)``; raises
+    ``AssertionError`` saying what went wrong (what the pass itself raises propagates). The
+    one harness a pass's unit tests build on (``assert_pass_preserves_semantics`` is its
+    property-test form)."""
+    G = graph.to_ir() if hasattr(graph, "to_ir") else graph
+    result, problem = _run_and_check(pass_, G, ctx, raising=True)
+    if problem:
+        raise AssertionError(problem)
+    if semantics:
+        check_same_semantics(G, _as_result_graph(result), _pass_name(pass_))
+    return G, result
+
+
 def check_pass_once(pass_, G, inputs: dict, ctx=None) -> str | None:
     """Run ``pass_`` on ``G`` once and check it; None if it behaved, else what went wrong.
 
     Checks: it returns a graph, leaves ``G`` unchanged, its output verifies, keeps the
     signature, and gives the interpreter's results on ``inputs``."""
-    name = getattr(pass_, "pass_name", getattr(pass_, "__name__", repr(pass_)))
-    before = _snapshot(G)
-    try:
-        H = _as_result_graph(pass_(G, ctx if ctx is not None else PassContext()))
-    except Exception as e:  # any crash of the pass is a finding
-        return f"pass {name!r} raised {type(e).__name__}: {e}"
-    if _snapshot(G) != before:
-        return f"pass {name!r} mutated its input graph"
-    if not (hasattr(H, "nodes") and hasattr(H, "graph")):
-        return f"pass {name!r} returned {type(H).__name__}, not a graph"
-    try:
-        ir.verify(H, pass_name=name)
-    except GraphError as e:
-        return f"pass {name!r} produced an invalid IR: {e}\nafter the pass:\n{graph_text(H)}"
-    sb, sa = io_signature(G), io_signature(H)
-    if sb != sa:
-        return f"pass {name!r} changed the graph's signature: {sb} -> {sa}"
+    result, problem = _run_and_check(pass_, G, ctx)
+    if problem:
+        return problem
+    H = _as_result_graph(result)
     arrays = [inputs[G.nodes[i]["name"]] for i in G.graph["inputs"]]
     expected = run_graph(G, arrays)
     try:
@@ -106,7 +142,8 @@ def check_pass_once(pass_, G, inputs: dict, ctx=None) -> str | None:
     for k, (e, a) in enumerate(zip(expected, actual)):
         diff = compare_outputs(e, a, rtol, atol)
         if diff:
-            return (f"pass {name!r} changed output {k}: {diff}\nexpected {e!r}\ngot {a!r}\n"
+            return (f"pass {_pass_name(pass_)!r} changed output {k}: {diff}\n"
+                    f"expected {e!r}\ngot {a!r}\n"
                     f"after the pass:\n{graph_text(H)}")
     return None
 

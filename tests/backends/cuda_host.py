@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from graphopt.backends.cupy import codegen as cg
-from graphopt.contract.program.gemm import gemm_of, run_gemm
+from graphopt.contraction.program.gemm import gemm_of, run_gemm
 from graphopt.ir.einsum_numpy import evaluate as einsum_evaluate
 
 GXX = shutil.which("g++")

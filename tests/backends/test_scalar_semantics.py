@@ -20,7 +20,6 @@ import warnings
 
 import numpy as np
 import pytest
-from cuda_host import needs_gxx, run_all_on_host  # noqa: E402
 
 import graphopt as go
 from graphopt.analysis.fused import node_subgraph
@@ -30,6 +29,7 @@ from graphopt.backends.numba import codegen as nc
 from graphopt.backends.numba.kernels.source import SUPPORTED as NUMBA_DTYPES
 from graphopt.ir.interpreter import run_graph
 from graphopt.testing.semantics import compare_outputs, tolerance
+from tests.backends.cuda_host import needs_gxx, run_all_on_host  # noqa: E402
 
 DTYPES = ["bool", "int32", "int64", "float32", "float64", "complex64", "complex128"]
 UNARY = ["neg", "abs", "exp", "log", "sqrt", "tanh", "sin", "cos", "square", "reciprocal",

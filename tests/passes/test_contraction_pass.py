@@ -10,21 +10,18 @@ import pytest
 import graphopt as go
 from graphopt import ir
 from graphopt.analysis import cost
-from graphopt.contract.groups import find_groups
-from graphopt.contract.paths import left_to_right
+from graphopt.contraction.groups import find_groups
+from graphopt.contraction.paths import left_to_right
 from graphopt.errors import GraphError
 from graphopt.ir.einsum import label
 from graphopt.ir.interpreter import run_graph
 from graphopt.passes import PassContext
 from graphopt.passes.contraction import contraction
+from graphopt.testing import checked_run
 
 
 def run(g, **ctx):
-    G = g.to_ir() if isinstance(g, go.Graph) else g
-    before = ir.structural_hash(G)
-    res = contraction(G, PassContext(**ctx))
-    assert ir.structural_hash(G) == before, "the pass mutated its input"
-    ir.verify(res.graph)
+    G, res = checked_run(contraction, g, PassContext(**ctx))
     return G, res.graph, res.record
 
 
@@ -280,7 +277,7 @@ def test_the_written_order_of_a_network_is_counted_once_by_one_rule(seed):
     # memo that counting the node's FLOPs reads: the same figures as counting it afresh
     from opt_einsum.testing import rand_equation
 
-    from graphopt.contract.paths import left_to_right_cost, split_equation
+    from graphopt.contraction.paths import left_to_right_cost, split_equation
     from graphopt.passes.contraction import user_cost
 
     eq, shapes = rand_equation(12, 3, seed=seed, d_min=2, d_max=4)

@@ -8,8 +8,8 @@ from graphopt import ir
 from graphopt.analysis.liveness import ALIGN, align, assign_arena_offsets, liveness_intervals
 from graphopt.errors import GraphError
 from graphopt.ir.interpreter import interpret
-from graphopt.passes import PassContext
 from graphopt.passes.memory import check_layout, find_inplace, memory
+from graphopt.testing import checked_run
 
 
 def check_plan(G, plan):
@@ -40,8 +40,7 @@ def check_plan(G, plan):
 
 
 def run(G):
-    res = memory(G, PassContext())
-    ir.verify(res.graph)
+    _, res = checked_run(memory, G)
     plan = res.graph.graph["arena_layout"]
     check_plan(res.graph, plan)
     check_layout(res.graph, plan)

@@ -9,8 +9,8 @@ import pytest
 
 import graphopt as go
 from graphopt import ir
-from graphopt.contract.paths import default_path, play
-from graphopt.contract.slicing.run import contraction_workspace_bytes
+from graphopt.contraction.paths import default_path, play
+from graphopt.contraction.slicing.run import contraction_workspace_bytes
 from graphopt.errors import GraphError
 from graphopt.ir.einsum import label
 from graphopt.passes import PassContext
@@ -218,7 +218,7 @@ def test_a_limit_the_reordered_path_meets_needs_no_slicing(monkeypatch):
     assert contraction_workspace_bytes(eq, shapes, greedy.path, (), None, "float64") > limit
     assert plan.predicted_peak_bytes <= limit
     # without cotengra the path keeps its order, and is sliced instead
-    from graphopt.contract.search import searchers as path_searchers
+    from graphopt.contraction.search import searchers as path_searchers
     monkeypatch.setattr(path_searchers, "cotengra_available", lambda: False)
     sliced = go.compile(g, backend="numpy", memory_limit=limit, cache=False,
                         optimize="greedy", passes=["slicing"])

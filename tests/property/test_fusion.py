@@ -83,6 +83,7 @@ def test_fused_groups_are_well_formed(g):
 numba_codegen = pytest.importorskip("graphopt.backends.numba.codegen")
 
 
+@pytest.mark.slow
 @settings(max_examples=20)
 @given(graphs(max_nodes=16, ops=FUSIBLE,
               dtypes=("float32", "float64", "int32", "bool", "complex128")),

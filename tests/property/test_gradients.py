@@ -15,6 +15,7 @@ HOST = sorted(name for name in BACKENDS if name not in ("cupy", "dask"))
 FLOAT_INPUTS = ("float64", "complex128", "int64")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", HOST)
 @pytest.mark.parametrize("opt_level", [0, 1, 2, 3])
 @settings(max_examples=8, suppress_health_check=[HealthCheck.too_slow,
@@ -31,6 +32,7 @@ def test_random_graph_gradients_match_finite_differences(backend, opt_level, g, 
                         directions=2)
 
 
+@pytest.mark.slow
 @settings(max_examples=10)
 @given(g=graphs(max_nodes=12, dtypes=("float32", "float64"),
                 ops=("unary", "binary", "reduce", "einsum", "matmul", "softmax", "shared")),

@@ -169,6 +169,7 @@ def test_paths_searched_with_their_slices_run_right_within_the_limit(net, fracti
     _check_limited(net, fraction, backend=backend, path_time=0.1, path_cache=False)
 
 
+@pytest.mark.slow
 @settings(deadline=None, suppress_health_check=[HealthCheck.too_slow], max_examples=15)
 @given(larger_networks(), st.sampled_from([0.25, 0.5]))
 def test_without_cotengra_sliced_plans_run_right_within_the_limit(net, fraction):
@@ -176,7 +177,7 @@ def test_without_cotengra_sliced_plans_run_right_within_the_limit(net, fraction)
     # path, and a node that must be sliced is searched again by graphopt's own search (the
     # sliced search's steps 1b and 2; before, such a node was refused wherever its first
     # path sliced too dearly): each plan is refused or right within its limit
-    from graphopt.contract.search import searchers as path_searchers
+    from graphopt.contraction.search import searchers as path_searchers
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(path_searchers, "cotengra_available", lambda: False)
@@ -184,6 +185,7 @@ def test_without_cotengra_sliced_plans_run_right_within_the_limit(net, fraction)
         _check_limited(net, fraction, path_cache=False)
 
 
+@pytest.mark.slow
 @settings(deadline=None, suppress_health_check=[HealthCheck.too_slow], max_examples=12)
 @given(larger_networks(), st.sampled_from(["epilogue", "two outputs", "sum"]),
        st.sampled_from([0.25, 0.5]), st.sampled_from(["numba", "numpy"]))

@@ -147,6 +147,7 @@ def test_reference_backends_match_the_oracle(config, seed, size):
     run_case(config, seed, size)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("config", [c for c in CONFIGS if c.startswith("numba")])
 @settings(max_examples=EXAMPLES * 2)
 @found

@@ -29,7 +29,7 @@ import numpy as np
 
 from ... import ir
 from ...analysis.fused import computed_members, node_subgraph, runs_along_path
-from ...contract.rates import DEVICE_RATES
+from ...contraction.rates import DEVICE_RATES
 from ...errors import GraphError
 from ...runtime.kernel import Kernel
 from ..base import Backend, register_backend

@@ -21,22 +21,22 @@ from __future__ import annotations
 
 from .kernels.builder import compile_group
 from .kernels.expressions import (
-           COMPUTE,
-           CTYPES,
-           HELPERS,
-           Unsupported,
-           cast,
-           helpers_for,
-           literal,
-           op_expr,
+    COMPUTE,
+    CTYPES,
+    HELPERS,
+    Unsupported,
+    cast,
+    helpers_for,
+    literal,
+    op_expr,
 )
 from .kernels.program import (
-           EinsumStage,
-           ElementwiseStage,
-           GroupProgram,
-           Operand,
-           ReductionStage,
-           render,
+    EinsumStage,
+    ElementwiseStage,
+    GroupProgram,
+    Operand,
+    ReductionStage,
+    render,
 )
 
 __all__ = ["COMPUTE", "CTYPES", "HELPERS", "EinsumStage", "ElementwiseStage", "GroupProgram",

@@ -21,9 +21,9 @@ import numpy as np
 from dask.base import tokenize
 from dask.highlevelgraph import HighLevelGraph
 
-from ...contract.paths import play_path
-from ...contract.program.run import PathContraction
-from ...contract.slicing.run import full_slice_shapes, slice_index, slice_ranges
+from ...contraction.paths import play_path
+from ...contraction.program.run import PathContraction
+from ...contraction.slicing.run import full_slice_shapes, slice_index, slice_ranges
 from ...errors import GraphError
 from ...ir import ops
 from ...ir.einsum import split as split_equation

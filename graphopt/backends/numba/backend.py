@@ -25,7 +25,7 @@ from types import MappingProxyType
 import numpy as np
 
 from ...analysis import cost
-from ...contract.rates import HOST_RATES, Rates
+from ...contraction.rates import HOST_RATES, Rates
 from ...errors import GraphError
 from ...ir import ops
 from ...runtime import threads

@@ -18,15 +18,15 @@ import math
 import numpy as np
 
 from ...analysis.fused import runs_along_path
-from ...contract.contraction import Contraction, contraction_of, pair_workspace_bytes
-from ...contract.program.gemm import (
+from ...contraction.program.gemm import (
     BLAS_DTYPES,
     gemm_of,
     gemm_source,
     run_gemm,
     transpose_copy_bytes,
 )
-from ...contract.rates import HOST_RATES, Rates
+from ...contraction.rates import HOST_RATES, Rates
+from ...contraction.value import Contraction, contraction_of, pair_workspace_bytes
 from ...ir.einsum_numpy import plain_einsum, to_ascii
 from ...runtime.kernel import Kernel
 from ..cpu_gemm import threaded_matmul

@@ -22,7 +22,7 @@ import numpy as np
 
 from ... import ir
 from ...analysis.fused import computed_members
-from ...contract.contraction import Contraction
+from ...contraction.value import Contraction
 from ...runtime import threads
 from ...runtime.kernel import Kernel
 

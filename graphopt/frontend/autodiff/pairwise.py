@@ -5,7 +5,7 @@ Differentiated whole, each operand's cotangent would be its own einsum of every 
 operand (an "environment"): n operands cost about n forward contractions. Split, the
 backward pass runs through the pairwise steps and shares their intermediates, as reverse
 mode does through any chain: about twice the forward's FLOPs. The path is the one the
-contraction pass would choose for ``optimize="auto"`` (``contract.search.choose``, the anytime
+contraction pass would choose for ``optimize="auto"`` (``contraction.search.choose``, the anytime
 search's cache included); the einsum node keeps its id and becomes the last step, so its
 users are untouched.
 """
@@ -13,8 +13,8 @@ users are untouched.
 from __future__ import annotations
 
 from ... import ir
-from ...contract import paths
-from ...contract.search.choose import best_path
+from ...contraction import paths
+from ...contraction.search.choose import best_path
 from ...ir.einsum import split as split_equation
 from .. import tensor as T
 from ..tensor import Tensor

@@ -10,8 +10,8 @@ import networkx as nx
 import numpy as np
 
 from .... import ir
-from ....contract.contraction import Contraction
-from ....contract.rates import DEVICE_RATES
+from ....contraction.rates import DEVICE_RATES
+from ....contraction.value import Contraction
 from ....ir import ops
 from ... import scalar_semantics as ss
 from .emitter import StageEmitter, chain_shape, layout_op, normalize_chain

@@ -8,14 +8,14 @@ import math
 
 import numpy as np
 
-from ....contract.contraction import Contraction
-from ....contract.program.gemm import (
+from ....contraction.program.gemm import (
     BLAS_DTYPES,
     gemm_of,
     gemm_source,
     run_gemm,
     transpose_copy_bytes,
 )
+from ....contraction.value import Contraction
 from ....ir import einsum as einsum_mod
 from ....ir.einsum_numpy import to_ascii
 from .cublas import Cublas
