@@ -11,7 +11,7 @@ thread; medians of ``--repeat`` rounds, the concurrent ones timed from the momen
 thread is ready. The ``python floor`` column is the same ratio for a pure-Python call that
 busy-waits as long as one plan call (plans under 1 ms): what CPython's GIL and thread
 switches cost any Python code.
-graphopt shares its thread budget between the calls in flight (``graphopt/threads.py``):
+graphopt shares its thread budget between the calls in flight (``graphopt/runtime/threads.py``):
 the ratio sequential / concurrent is >= 1 where the concurrent round took no longer. The
 process CPU time over wall time shows how many cores were busy.
 """

@@ -84,7 +84,7 @@ def render() -> str:
     lines = ["# graphopt API reference", "",
              "Generated from the docstrings by `python docs/build_api.py`; do not edit by hand.",
              f"Every public name is `graphopt.<name>` (`import graphopt as go`), version "
-             f"{go.__version__}. The design it follows is DESIGN §2; how a graph goes through "
+             f"{go.__version__}. How a graph goes through "
              "the compiler is [HOW_IT_WORKS.md](HOW_IT_WORKS.md).", ""]
     lines += ["## Contents", ""] + [f"- {title}: " + ", ".join(f"`{n}`" for n in names)
                                     for title, names in SECTIONS] + [""]

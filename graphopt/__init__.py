@@ -1,6 +1,6 @@
 """graphopt: compile einsum computation graphs into fast, memory-planned plans.
 
-See DESIGN §2 for the public API; everything public is exported here."""
+The public API (docs/API.md); everything public is exported here."""
 
 import logging as _logging
 

@@ -71,10 +71,10 @@ def cache_dir(tmp_path, monkeypatch):
 
 def _forget_planned_steps():
     from graphopt.compiler import driver as compiler
-    from graphopt.contraction.program import build, run
+    from graphopt.contraction.program import build, forms, run
 
     build._built_step.cache_clear()
-    build._step_forms.cache_clear()
+    forms._step_forms.cache_clear()
     run.path_contraction.cache_clear()
     run.shared_programs.cache_clear()
     compiler.clear_cache()

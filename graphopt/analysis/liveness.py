@@ -15,11 +15,10 @@ from .. import ir
 ALIGN = 64  # bytes: cache-line (and AVX-512) aligned buffers
 # ``assign_arena_offsets`` finds the placed buffers a new one overlaps by steps (its cost
 # grows with the intervals' lengths) where intervals are at most this many steps long on
-# average, or at most one ``STEP_SCAN_BUFFERS_PER_STEP``th of the buffers' count (measured:
-# at 400 buffers of 7-16 steps 1.3-1.8x faster than either scan; at 78-98 buffers of 17-20
-# steps the Python scan was 1.1x faster), else by a scan of every placed buffer, in Python
-# up to ``VECTOR_SCAN_BUFFERS`` of them and with NumPy beyond (measured crossing over at
-# 300-500 buffers)
+# average, or at most one ``STEP_SCAN_BUFFERS_PER_STEP``th of the buffers' count (where it
+# beats both scans), else by a scan of every placed buffer, in Python up to
+# ``VECTOR_SCAN_BUFFERS`` of them and with NumPy beyond (where NumPy's per-call cost is
+# repaid)
 STEP_SCAN_STEPS = 4
 STEP_SCAN_BUFFERS_PER_STEP = 6
 VECTOR_SCAN_BUFFERS = 300

@@ -1,4 +1,4 @@
-"""The backend protocol and registry (DESIGN §5).
+"""The backend protocol and registry (docs/ARCHITECTURE.md, Kernels, steps and the plan).
 
 A backend turns IR nodes into kernels, owns device memory (arena buffers, views, transfers)
 and supplies the profiler's clock. ``available()`` is cheap and imports nothing heavy.

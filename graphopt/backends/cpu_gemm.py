@@ -22,7 +22,7 @@ from ..runtime import threads
 
 # OpenBLAS runs a real GEMM of at most this many M*N*K multiply-adds on one thread whatever
 # its thread count (SMP_THRESHOLD_MIN * GEMM_MULTITHREAD_THRESHOLD); it threads complex ones
-# from a quarter of that (measured: 131072 threaded). Below it graphopt leaves BLAS alone.
+# from a quarter of that. Below it graphopt leaves BLAS alone.
 SMALL_GEMM = {"f": 65536 * 4, "c": 65536}
 # Column or row cuts fall on multiples of this (whole register tiles of BLAS kernels).
 CUT_ALIGN = 16

@@ -8,7 +8,8 @@ to at most ``CACHE_ARENA_BYTES`` (the least recently compiled give theirs back f
 plan the user dropped does not keep its working memory.
 
 What each plan keeps is counted as it changes, not asked of every plan at every compile
-(1.5 ms a compile, or a cache hit, with 256 plans cached): a cached plan tells the cache
+(which costs a full cache's walk at every compile and every hit): a cached plan tells the
+cache
 when a call gives its arena back (``Plan.arena_listener``), and ``bound`` asks those plans
 again; a plan's arenas only grow in a call. Only where the count passes the bound does
 ``bound`` ask every plan, newest first, releasing what does not fit.
@@ -65,12 +66,12 @@ def outline(G: nx.MultiDiGraph) -> tuple:
     """What every graph of the same structural hash shares, read without walking its other
     nodes: its node count, its inputs' shapes and dtypes, and its outputs' shapes, dtypes,
     ops and equations (a network's einsum: networks compiled one after another, of as many
-    tensors or of one equation on other sizes, are told apart without hashing each: 0.6 ms
-    of a 200-tensor MPS product's 10.7 ms ``go.contract``)."""
+    tensors or of one equation on other sizes, are told apart without hashing each)."""
     nodes = G._node
     # the inputs as one hash: a key is hashed again at every lookup, and an ordered dict's
-    # walk over its values hashes each key (a tuple of 200 shapes in each of 21 keys made
-    # the bound's walk 10x slower); equal hashes only mean the graphs are hashed
+    # walk over its values hashes each key (a network's tuple of hundreds of shapes in each
+    # key would make the bound's walk many times slower); equal hashes only mean the graphs
+    # are hashed
     return (len(nodes),
             hash(tuple([(tuple(nodes[i]["shape"]), nodes[i]["dtype"])
                         for i in G.graph.get("inputs", ()) if i in nodes])),
@@ -82,7 +83,7 @@ def outline(G: nx.MultiDiGraph) -> tuple:
 def lookup(key: tuple, G: nx.MultiDiGraph):
     """``(the plan cached for G under key, G's structural hash)``; either may be None. The
     hashes are computed here, where a plan of the same outline could match: the hash walks
-    every node (0.4 ms of a 200-tensor network's 8 ms first compile)."""
+    every node, a share of a large network's first compile."""
     with _lock:
         entries = _CACHE.get(key)
         if not entries:

@@ -28,8 +28,8 @@ from .. import ir
 from ..errors import GraphError
 from ..ir.einsum import split as split_equation
 from .paths import default_path, label_sizes, path_flops, play_path
-from .program.build import step_forms
 from .program.einsum_bytes import np_einsum_bytes
+from .program.forms import step_forms
 from .program.gemm import BLAS_DTYPES, gemm_of, gemm_workspace_bytes
 from .program.run import path_contraction
 from .rates import DEVICE_RATES, Rates, host_rates
@@ -66,12 +66,16 @@ class Contraction:
 
     @classmethod
     def build(cls, equation: str, shapes, dtype: str, operand_dtypes, path, rates: Rates,
-              slices=(), blocks=(), workers: int = 1) -> "Contraction":
-        """The contraction of ``equation`` along ``path`` (None: ``paths.default_path``),
-        each step's form by ``rates`` on the full slice's shapes."""
+              slices=(), blocks=(), workers: int = 1, optimize="greedy") -> "Contraction":
+        """The contraction of ``equation`` along ``path`` (None: ``paths.default_path`` by
+        ``optimize``, opt_einsum's greedy where opt_einsum does not take that search), each
+        step's form by ``rates`` on the full slice's shapes."""
         shapes = tuple(tuple(int(d) for d in s) for s in shapes)
         if path is None:
-            path = default_path(equation, shapes)
+            try:
+                path = default_path(equation, shapes, optimize)
+            except (TypeError, ValueError, KeyError):    # an optimize opt_einsum lacks
+                path = default_path(equation, shapes)
         path = tuple(tuple(int(i) for i in p) for p in path) or \
             (tuple(range(len(shapes))),)
         slices, blocks = tuple(slices), tuple(int(b) for b in blocks)
@@ -82,10 +86,12 @@ class Contraction:
                    slices, blocks, int(workers), rates.device, rates)
 
     @classmethod
-    def of_node(cls, G, n: int, rates: Rates | None = None, path=None) -> "Contraction":
+    def of_node(cls, G, n: int, rates: Rates | None = None, path=None,
+                optimize="greedy") -> "Contraction":
         """The contraction of einsum node ``n`` of ``G`` along ``path`` (None: the one it
-        holds, else ``paths.default_path``), its slicing kept where the path is its own,
-        each step's form by ``rates`` (None: the table of the contraction it holds)."""
+        holds, else ``paths.default_path`` by ``optimize``), its slicing kept where the path
+        is its own, each step's form by ``rates`` (None: the table of the contraction it
+        holds)."""
         d = G.nodes[n]
         operands = ir.operands(G, n)
         held = d["attrs"].get("contraction")
@@ -97,7 +103,7 @@ class Contraction:
             rates = held.table if held is not None else host_rates()
         return cls.build(d["attrs"]["equation"], [G._node[u]["shape"] for u in operands],
                          d["dtype"], [G._node[u]["dtype"] for u in operands], path, rates,
-                         **slicing)
+                         optimize=optimize, **slicing)
 
     def sliced(self, slices, blocks, workers: int, rates: Rates, path=None) -> "Contraction":
         """This contraction looping over ``slices`` in ``blocks`` (``workers`` at once),

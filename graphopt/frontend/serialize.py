@@ -109,9 +109,9 @@ def write_atomic(path: str, text: str) -> None:
     """Write ``text`` to ``path`` through a temporary file in the same directory and a
     rename: nothing is ever partially written, and on failure ``path`` is untouched. The
     temporary file is named by process, thread and a count (``tempfile.mkstemp``'s first
-    random name costs a process 0.05-0.15 ms more: a contraction path's cache entry is
-    written on a network's first compile), by ``mkstemp`` where that name is taken or too
-    long; either is made readable by its owner only."""
+    random name costs a process more, and a contraction path's cache entry is written on a
+    network's first compile), by ``mkstemp`` where that name is taken or too long; either
+    is made readable by its owner only."""
     tmp = f"{path}.{os.getpid()}-{threading.get_ident()}-{next(_temp_names)}.tmp"
     try:
         fd = os.open(tmp, _TEMP_FLAGS, 0o600)

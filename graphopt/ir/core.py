@@ -1,4 +1,4 @@
-"""The IR: a ``networkx.MultiDiGraph`` with one node per op (DESIGN §3).
+"""The IR: a ``networkx.MultiDiGraph`` with one node per op (docs/ARCHITECTURE.md, The IR).
 
 Node attributes: ``op`` (str), ``shape`` (tuple of ints), ``dtype`` (numpy dtype name),
 ``attrs`` (dict), ``name`` (optional) and ``src`` (the user's ``file:line``). Operand ``k`` of

@@ -42,8 +42,8 @@ except ImportError:     # (NumPy 1.x names the module numpy.core)
 def plain_einsum(equation: str, operands: Sequence, out=None):
     """``np.einsum(equation, *operands, out=out)`` without ``optimize``, through NumPy's C
     einsum called directly: np.einsum is that function behind a Python wrapper and NumPy's
-    array-function dispatch, 0.6 us of a small step's 1.3 (a tree network runs 127 such
-    steps a call). ``out`` None: a new array (the C function takes no None for it)."""
+    array-function dispatch, about half of a small step's time (a tree network runs a step
+    per tensor a call). ``out`` None: a new array (the C function takes no None for it)."""
     if out is None:
         return _c_einsum(equation, *operands)
     return _c_einsum(equation, *operands, out=out)

@@ -44,7 +44,7 @@ def canonical_dtype(dtype) -> str:
 
 @functools.lru_cache(maxsize=256)
 def _canonical_dtype_memo(dtype) -> str:
-    # memoized: NumPy's ``dtype.name`` is Python (2 us), asked per input and per node as a
+    # memoized: NumPy's ``dtype.name`` is Python, asked per input and per node as a
     # network of hundreds of tensors is built
     return _canonical_dtype(dtype)
 

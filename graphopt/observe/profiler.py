@@ -1,4 +1,4 @@
-"""The plan profiler (DESIGN §6): per-step times of a plan, and what bounds each step.
+"""The plan profiler (docs/API.md): per-step times of a plan, and what bounds each step.
 
 ``profile_plan`` runs a plan's pre-bound program in its own instrumented loop, so
 ``Plan.run`` carries no profiling code at all (STYLE 11). Timestamps come from the
@@ -128,8 +128,8 @@ def _best_seconds(fn, *args, runs: int = 3, **kwargs) -> float:
 
 
 # Working sets (bytes read + written) at which the cache bandwidths are measured: a step
-# that moves at most this many bytes is held to that roof, not DRAM's. Without them a step
-# whose data sits in cache read "195 % of peak" against the DRAM copy.
+# that moves at most this many bytes is held to that roof, not DRAM's (against the DRAM
+# copy, a step whose data sits in cache reads as far over its peak).
 CACHE_TIERS = (("gbs_l1", 16 << 10), ("gbs_l2", 512 << 10), ("gbs_l3", 8 << 20))
 
 

@@ -2,7 +2,7 @@
 
 Reads like opt_einsum's PathInfo: a header (FLOPs naive -> optimized, memory naive /
 planned / lower bound), one row per pass and one per kernel. Every number comes from the
-graphs and plan themselves (DESIGN §6)."""
+graphs and plan themselves (docs/API.md)."""
 
 from __future__ import annotations
 

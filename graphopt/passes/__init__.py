@@ -1,4 +1,4 @@
-"""Optimization passes, one per module; ``manager.py`` runs them (DESIGN §4)."""
+"""Optimization passes, one per module; ``manager.py`` runs them (docs/ARCHITECTURE.md, Passes)."""
 
 from .instruments import CheckSemantics, DumpIR, PassInstrument
 from .manager import (

@@ -1,5 +1,5 @@
 """``contraction``: give every einsum node its contraction, merging einsum chains into one
-contraction and ordering it (DESIGN §4).
+contraction and ordering it (docs/ARCHITECTURE.md, Passes).
 
 Each group of einsums (``contraction.groups``: a tree joined through single-use intermediates,
 of one non-bool dtype) becomes one equation over its external operands; the search

@@ -28,7 +28,7 @@ from .instruments import CheckSemantics, DumpIR, PassInstrument
 
 @dataclass
 class PassRecord:
-    """What one pass did. ``details`` keys are per pass (see DESIGN §6)."""
+    """What one pass did. ``details`` keys are per pass (see docs/API.md)."""
 
     name: str = ""
     seconds: float = 0.0
@@ -141,7 +141,7 @@ _BUILTIN_PIPELINES = {level: list(names) for level, names in PIPELINES.items()}
 # tensor network, ``go.contract``), on a backend that runs a contraction along its path as
 # one kernel: simplify, CSE, DCE, fusion, tiling, scheduling and memory planning have
 # nothing to act on in one einsum of inputs, and pairwise nodes would buy nothing but
-# compile time (about 0.1 ms per node and pass), so only these run.
+# compile time (every node, every pass), so only these run.
 CONTRACTION_ONLY_PIPELINE = ["contraction", "slicing"]
 
 

@@ -1,4 +1,4 @@
-"""``memory``: liveness over the schedule, in-place reuse, and arena offsets (DESIGN §4).
+"""``memory``: liveness over the schedule, in-place reuse, and arena offsets.
 
 Liveness comes from ``graphopt.memory.liveness_intervals`` over the execution order (the
 ``schedule`` graph attr, else the topological order lowering would use). An elementwise

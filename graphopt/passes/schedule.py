@@ -1,4 +1,4 @@
-"""``schedule``: an execution order that lowers the peak of live arena memory (DESIGN §4).
+"""``schedule``: an execution order that lowers the peak of live arena memory.
 
 Candidates: the plain topological order (``ir.topo_order``), the incoming schedule if the
 graph has one, a greedy list schedule (among ready nodes, run the one that allocates the

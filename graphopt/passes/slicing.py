@@ -46,7 +46,7 @@ import numpy as np
 
 from .. import ir
 from ..analysis.liveness import held_around
-from ..contraction.paths import default_path, label_sizes, play
+from ..contraction.paths import label_sizes, play
 from ..contraction.rates import HOST_RATES, Rates
 from ..contraction.search.searchers import reordered_for_peak
 from ..contraction.slicing.labels import fit_slices
@@ -57,18 +57,6 @@ from ..errors import GraphError
 from ..ir.einsum import split as split_equation
 from ..runtime import threads
 from .manager import PassResult, register_pass
-
-
-def _default_path(G, n: int, optimize) -> list[tuple[int, ...]]:
-    """opt_einsum's path for node ``n`` by ``optimize`` where opt_einsum takes it, else its
-    greedy one (``paths.default_path``)."""
-    eq = G.nodes[n]["attrs"]["equation"]
-    shapes = [G.nodes[u]["shape"] for u in ir.operands(G, n)]
-    try:
-        return default_path(eq, shapes, optimize=optimize)
-    except (TypeError, ValueError, KeyError):  # an optimize opt_einsum does not take here
-        return default_path(eq, shapes)
-
 
 # Slices cut for running several at once may cost this much more FLOPs than slices cut for
 # one at a time, and still be chosen.
@@ -94,7 +82,7 @@ def _slice_node(G, n, limit: int, optimize, budget: int = 1, options=None,
     d = G.nodes[n]
     held = d["attrs"].get("contraction")
     if held is None:      # (a pipeline without the contraction pass: ``optimize``'s path)
-        held = Contraction.of_node(G, n, rates, _default_path(G, n, optimize))
+        held = Contraction.of_node(G, n, rates, optimize=optimize)
     elif held.table is not rates:
         held = Contraction.of_node(G, n, rates)
     eq, dtype = held.equation, held.dtype
@@ -166,9 +154,8 @@ def _workers(eq, shapes, path, plan, dtype, dtypes, share: int, budget: int) -> 
     """How many of ``plan``'s slices may run at once within ``share`` bytes
     (``slice_workers`` over the exact workspace of one slice in flight), and as many as
     their steps keep busy (``threads.useful_threads`` of a step's average FLOPs on each):
-    two threads of GEMMs of 64 x 64 x 64 ran 0.5-0.9x the speed of one thread running both
-    (the GIL, BLAS's per-call costs), of 128 x 128 x 128 1.7x, and a 6x6 lattice's 256
-    slices two at once took 216 ms where 128 one at a time took 107."""
+    slices of small steps run slower two at once than one after another (the GIL, BLAS's
+    per-call costs), where slices of larger ones nearly halve their time."""
     step_flops = plan.flops / (plan.n_slices * max(1, len(shapes) - 1))
     budget = threads.useful_threads(budget * step_flops, budget)
     if budget == 1:

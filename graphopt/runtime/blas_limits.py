@@ -20,9 +20,9 @@ def _list_blas() -> list:
 
 def controllers():
     """threadpoolctl's controllers of the BLAS libraries loaded, listed once, when graphopt
-    is imported: a listing costs 3-6 ms (threadpoolctl resolves the path of every loaded
-    library), more than a small plan call, and made at a plan call's first large GEMM it
-    held the thread lock of every call that long. graphopt calls no BLAS but NumPy's
+    is imported: a listing costs milliseconds (threadpoolctl resolves the path of every
+    loaded library), more than a small plan call, and made at a plan call's first large
+    GEMM it would hold the thread lock of every call that long. graphopt calls no BLAS but NumPy's
     (``np.matmul``, ``np.einsum``), loaded with NumPy before graphopt, so a BLAS another
     import brings later (scipy's OpenBLAS, torch's MKL) never runs in a graphopt call and
     needs no limit. (Where the listing fails at import, the first call lists again and

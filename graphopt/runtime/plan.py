@@ -1,5 +1,5 @@
 """``Plan``: the executable result of ``compile()`` — a flat list of pre-bound steps over an
-arena checked out of the ``TensorPool`` per call (DESIGN §5).
+arena checked out of the ``TensorPool`` per call (docs/ARCHITECTURE.md).
 
 Per call the plan allocates only the arrays it returns; intermediates live in the arena at
 the offsets of the memory plan. Each concurrent call checks out its own arena, so a plan
@@ -93,7 +93,8 @@ class Plan(StepsIntrospection):
         self._program = tuple((s.kernel.fn, s.in_slots, s.out_slot, s.index) for s in steps)
         self._output_allocs = tuple((s.index, s.shape, s.dtype) for s in steps if s.is_output)
         # The common call (arrays of exactly the declared shape and dtype, on a backend that
-        # computes on host arrays as they are) skips the general binding: 11 -> 2 us.
+        # computes on host arrays as they are) skips the general binding, most of a small
+        # call's cost.
         self._fast_bind = backend.host_arrays
         ins = graph.graph["inputs"]
         nodes = graph._node

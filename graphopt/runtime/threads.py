@@ -20,13 +20,12 @@ may run on (``os.sched_getaffinity``). Every plan call runs between ``enter_call
 
 Why graphopt splits GEMMs beside other parallel work instead of threading OpenBLAS:
 OpenBLAS's workers spin for about 0.1 s after every threaded call, and numba's OpenMP
-workers spin after every parallel kernel; two pools spinning on each other's cores made two
-threads 38x slower than one on attention (issue 13). graphopt's workers sleep on a
-condition when idle, and ``start_numba_workers`` makes numba's OpenMP workers do the same
+workers spin after every parallel kernel; two pools spinning on each other's cores make a
+plan many times slower on two threads than on one. graphopt's workers sleep on a condition
+when idle, and ``start_numba_workers`` makes numba's OpenMP workers do the same
 (``OMP_WAIT_POLICY=passive``, unless the user has chosen a policy). Why BLAS threads a
-GEMM-only plan's GEMMs: waking a sleeping worker takes 80-100 us (measured here), so a
-2-thread split of a 4-16 MFLOP GEMM ran 1.1-1.5x faster than one thread where OpenBLAS's
-spinning workers ran it 1.9-2x faster (a 12-site MPS ring: 4.2 -> 2.9 ms on two cores).
+GEMM-only plan's GEMMs: waking a sleeping worker costs tens of microseconds, which a split
+of a small GEMM does not earn back, where OpenBLAS's spinning workers are ready at once.
 With no numba loop or graphopt worker in the plan, nothing competes with BLAS's spinning.
 """
 
@@ -52,8 +51,7 @@ _blas_calls = 0                      # calls in flight that let BLAS thread thei
 _parallel_at = float("-inf")         # when a call with work on other threads last started
 # BLAS threads a GEMM-only call's GEMMs only where no call with numba loops or graphopt's
 # workers started for this long: OpenBLAS's workers spin ~0.1 s after each threaded GEMM,
-# which made such plans called in turn with an MPS ring's 2.0-2.5x slower (measured:
-# elementwise 3.5 -> 8.9 ms, attention 8.4 -> 16.6, mlp 30 -> 59).
+# and would slow such plans called in turn with a GEMM-only one several times over.
 BLAS_QUIET_SECONDS = 1.0
 _pool = None
 _pool_size = 0

@@ -1,4 +1,4 @@
-"""Testing kit for graphopt and for users' own passes (DESIGN §8).
+"""Testing kit for graphopt and for users' own passes (docs/trust.md).
 
 ``graphs()``, ``einsum_equations()`` and ``inputs_for(graph)`` are hypothesis strategies;
 ``assert_pass_preserves_semantics(pass_)`` property-tests a pass against the interpreter;

@@ -150,7 +150,7 @@ def check_pass_once(pass_, G, inputs: dict, ctx=None) -> str | None:
 
 def assert_pass_preserves_semantics(pass_, max_examples: int = 50, graphs=None, *, ctx=None,
                                     **graph_kwargs) -> None:
-    """Property-test ``pass_`` (DESIGN §4) on hypothesis-generated graphs.
+    """Property-test ``pass_`` (docs/ARCHITECTURE.md, Passes) on hypothesis-generated graphs.
 
     For each graph from ``graphs`` (default ``strategies.graphs(**graph_kwargs)``) and
     inputs from ``inputs_for``: the pass must not mutate its input, its output must verify

@@ -1,4 +1,4 @@
-"""Hypothesis strategies: random graphs, einsum equations, and inputs (DESIGN §8).
+"""Hypothesis strategies: random graphs, einsum equations, and inputs (docs/trust.md).
 
 ``graphs()`` builds valid graphs through the public builder. They are DAGs by construction
 (every operand is a tensor built earlier) and mix einsum (repeated labels, ellipsis,

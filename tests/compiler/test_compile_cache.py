@@ -1,4 +1,4 @@
-"""The compile cache (graphopt/compile_cache.py): what its plans keep for their next calls,
+"""The compile cache (graphopt/compiler/cache.py): what its plans keep for their next calls,
 counted as it changes, within its bound; dropped plans let go."""
 
 import gc

@@ -1,5 +1,5 @@
-"""Contraction-path arithmetic (graphopt/paths.py) against opt_einsum's own accounting, on
-equations from opt_einsum's generator (``opt_einsum.testing.rand_equation``)."""
+"""Contraction-path arithmetic (graphopt/contraction/paths.py) against opt_einsum's own
+accounting, on equations from opt_einsum's generator (``opt_einsum.testing.rand_equation``)."""
 
 import collections
 import math

@@ -1,4 +1,4 @@
-"""The IR contract (DESIGN §3): helpers, verify() catching each broken invariant, and
+"""The IR contract (docs/ARCHITECTURE.md): helpers, verify() catching each broken invariant, and
 structural_hash() stable across renumbering and processes."""
 
 import json

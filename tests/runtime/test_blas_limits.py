@@ -1,4 +1,4 @@
-"""BLAS's thread count as graphopt changes it (graphopt/blas_limits.py): the libraries are
+"""BLAS's thread count as graphopt changes it (graphopt/runtime/blas_limits.py): the libraries are
 listed once, and the user's own counts come back (the calls that change them are
 tests/test_threads.py's)."""
 

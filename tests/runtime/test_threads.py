@@ -1,4 +1,4 @@
-"""The thread budget (graphopt/threads.py): where it comes from, who gets the threads per
+"""The thread budget (graphopt/runtime/threads.py): where it comes from, who gets the threads per
 step, parallel tiled blocks with one BLAS thread each, and calls from several user threads."""
 
 import threading

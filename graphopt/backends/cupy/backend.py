@@ -1,4 +1,4 @@
-"""The cupy backend: the optimized graph on an NVIDIA GPU (DESIGN §5, issue 6).
+"""The cupy backend: the optimized graph on an NVIDIA GPU (docs/ARCHITECTURE.md).
 
 - Fused groups and single elementwise/reduction ops become generated
   ``cupy.ElementwiseKernel``/``ReductionKernel`` stages (``cuda_codegen``), cached by the
@@ -60,8 +60,8 @@ def _device_count() -> int:
 
 @functools.lru_cache(maxsize=1)
 def cutensor_available() -> bool:
-    """Whether cupy can load cuTENSOR here (reported by the benchmark; no path uses it yet:
-    the GPU this backend was measured on has no cuTENSOR, so a cuTENSOR path never ran)."""
+    """Whether cupy can load cuTENSOR here (reported by the benchmark; no contraction path
+    uses cuTENSOR: one that never ran on a GPU with it is not shipped)."""
     try:
         import cupyx.cutensor  # noqa: F401
         from cupy_backends.cuda.libs import cutensor  # noqa: F401
@@ -253,8 +253,8 @@ class CupyBackend(Backend):
             with self._lock:
                 self._kernels[key] = k
         if s.kind == "elementwise":
-            # 256 threads per block: 1.64 -> 2.0 TB/s on a 512 MB broadcast
-            # exp(s - m) on an H100 (cupy's default is 128); never slower on what we measured.
+            # 256 threads per block (cupy's default is 128): more of an H100's bandwidth on
+            # large broadcasts, and never slower on smaller ones
             return lambda views, dest: k(*views, dest, block_size=256)
         axes, keepdims = s.axes, s.keepdims
         return lambda views, dest: k(*views, out=dest, axis=axes, keepdims=keepdims)

@@ -1,14 +1,14 @@
 """A contraction's program: each step of a path planned once per operand shapes.
 
 ``build_program(terms, output, path, shapes, dtype, strides)`` is what
-``contraction_program.PathContraction`` runs. The steps are ``paths.play_path``'s, so every
-intermediate has the label order the contraction pass gives its pairwise nodes. Each step:
+``run.PathContraction`` runs. The steps are ``paths.play_path``'s, so every intermediate
+has the label order the contraction pass gives its pairwise nodes. Each step takes the form
+``step_forms`` gives it (the contraction's, by the backend's rates):
 
 - a pairwise step whose labels map onto a (batched) matrix product is one GEMM
   (``gemm.gemm_of``, run by ``gemm.run_gemm`` with the caller's ``matmul``: BLAS's, or
-  in integer, bool or float16 operands ``einsum_matmul``'s), unless
-  ``gemm.einsum_is_faster`` gives it to ``np.einsum`` (a small step, or in a BLAS dtype one
-  that sums nothing);
+  in integer, bool or float16 operands ``matmul.einsum_matmul``'s), unless the rates give
+  it to ``np.einsum`` (a small step, or in a BLAS dtype one that sums nothing);
 - any other step is ``np.einsum`` on the step's own equation: a small step, an outer or
   broadcast product (nothing summed), a trace or diagonal, a size-1 label broadcast
   against a larger one, a one-operand step. A step over more than two operands is
@@ -21,7 +21,7 @@ program of the same path (a sliced contraction's full slice, for a ragged one). 
 step may allocate scratch: ``run_gemm``'s pre-summed operands, the copies it makes of
 operands whose matrix is not a view (known exactly at planning, from the operands' strides:
 inputs and slice views as given, GEMM products kept as permuted views), ``einsum_matmul``'s
-copy of one operand into another memory order, and a product written before it is permuted
+copy of one operand into another memory order, and a product written before permuting it
 into ``out``; a step's copies of at least ``ARENA_COPY_BYTES`` are buffers of the arena
 that live within their step (``ProgramStep.copies``). ``Program.peak_bytes`` is the arena
 plus the largest step's scratch and the call's Python objects: what a call allocates at
@@ -43,6 +43,7 @@ from ...ir.einsum_numpy import evaluate, plain_einsum, to_ascii
 from ..paths import label_sizes, play_path
 from ..rates import DEVICE_RATES, host_rates
 from .einsum_bytes import np_einsum_bytes, np_einsum_fills_no_buffer
+from .forms import step_forms, step_gemm, step_sizes
 from .gemm import (
     BLAS_DTYPES,
     GEMM_VIEW_BYTES,
@@ -51,40 +52,32 @@ from .gemm import (
     copies_bytes,
     operand_copies,
     operand_scratch,
-    pair_gemm,
     run_gemm,
 )
 
 # The Python objects a call holds per step while it runs: the view of the step's place in
 # the arena (kept with the arena), the views a GEMM makes of its operands and product, the
-# operand lists. tracemalloc counts them as a call's memory; measured on CPython 3.11 and
-# NumPy 2.4 at 180-250 bytes a step on five networks of 80-200 steps (the operands' 128
-# counted apart); at 250, with np.einsum's own bytes counted as its steps' scratch, the
-# nine networks of benchmarks/networks.py measure 0.910-1.001 of their predicted peaks
-# (at 264, 0.896 on the circuit, whose arrays weigh little).
+# operand lists. tracemalloc counts them as a call's memory (as CPython 3.11 and NumPy 2.4
+# size them; the operands' own counted apart, ``OBJECT_BYTES_PER_OPERAND``): the predicted
+# peak stays within 10 % of what a call measures where a network's arrays weigh little.
 OBJECT_BYTES_PER_STEP = 250
 # ... and per operand: the call's key (a shape and a strides tuple per operand) while it
-# looks up its program; measured at 100-120 bytes an operand on 80- and 150-operand calls
-# when a call also made a tuple of its operands and promoted them twice; without those
-# (``PathContraction.run``) 4-5 kB less on 150-200 operand networks: 104
+# looks up its program (``PathContraction.run`` makes no tuple of its operands)
 OBJECT_BYTES_PER_OPERAND = 104
 # A view NumPy makes of an array (an operand without its size-1 dims, or restricted to a
-# slice): 104 + 16 x ndim bytes on CPython 3.11 and NumPy 2.4 (tracemalloc; 140-150 at
-# ndim 3), and a list holds 8 bytes an item
+# slice): 104 + 16 x ndim bytes on CPython 3.11 and NumPy 2.4 (as tracemalloc counts it),
+# and a list holds 8 bytes an item
 VIEW_BYTES, VIEW_BYTES_PER_DIM, LIST_BYTES_PER_ITEM = 112, 16, 8
-PAIR_BYTES = 56     # a tuple of two (tracemalloc, CPython 3.11)
+PAIR_BYTES = 56     # a tuple of two (as tracemalloc counts it, CPython 3.11)
 # Intermediates of at most this many bytes in all each get their own place in the arena:
 # sharing would save less than this, and its best fit is quadratic in the intermediates
-# (1.9 of the 3.6 ms a 198-step circuit's program took to plan, to save 38 KB; 0.7-0.9 ms
-# of a 150-tensor tree's compile, to save 29 KB).
+# (most of a large network's planning time, for a few tens of kB).
 UNSHARED_ARENA_BYTES = 1 << 17
 # A step whose GEMM copies at least this many bytes of its operands makes the copies in the
 # program's arena (kept between calls), not in memory NumPy allocates: glibc's malloc maps
 # fresh pages for such a block (its default mmap threshold), which every call then faults
-# in again (a 10x10 lattice's first call: 1839 page faults, 1100 of them its copies of
-# 0.2-1.3 MB; 780 with the copies in the arena, 6.3 -> 4.8-6.0 ms; its second call 249 -> 3,
-# 3.4 -> 2.6 ms). Smaller copies come from memory malloc reuses, and their places' views
-# would weigh more than they save.
+# in again, most of a large network's page faults. Smaller copies come from memory malloc
+# reuses, and their places' views would weigh more than they save.
 ARENA_COPY_BYTES = 1 << 17
 
 
@@ -114,8 +107,8 @@ class ProgramStep(NamedTuple):
     array, or the caller's ``out``), and the bytes it allocates beside the arena while it
     runs: ``scratch`` where its result goes to the arena or ``out``, ``scratch_new`` where
     it is a new array (the last step without ``out``; the new result counted). A named
-    tuple: a network's program makes hundreds (0.24 against 0.81 us each as a frozen
-    dataclass)."""
+    tuple: a network's program makes hundreds, and a named tuple is made several times
+    faster than a frozen dataclass."""
 
     positions: tuple[int, ...]
     equation: str
@@ -216,66 +209,17 @@ class Program:
              for k, s in enumerate(self.steps)), default=0)
 
 
-def _step_sizes(terms, in_shapes) -> tuple[dict, bool]:
-    """Each label's size in one step over operands of ``in_shapes``, and whether every
-    label has one size throughout (a label of size 1 against a larger size broadcasts, as
-    np.einsum does: its size is the larger)."""
-    size: dict = {}
-    uniform = True
-    for t, s in zip(terms, in_shapes):
-        for c, d in zip(t, s):
-            e = size.setdefault(c, d)
-            if e != d:
-                uniform = False
-                size[c] = 0 if 0 in (e, d) else max(e, d)
-    return size, uniform
-
-
-def _step_gemm(terms, result, size: dict, uniform: bool):
-    """The GEMM a pair step's labels map onto, or None (not a pair, a broadcast label, a
-    repeated label)."""
-    if len(terms) != 2 or not uniform:
-        return None
-    return pair_gemm(terms[0], terms[1], result, size)
-
-
 def _build_step(equation: str, in_shapes: tuple, form: str
                ) -> tuple[str, tuple, Gemm | None, dict]:
     """``(equation to run, result shape, GEMM plan or None, each label's size)`` of one
     step whose ``form`` (``step_forms``) is ``"gemm"`` or ``"einsum"``."""
     terms, result = split(equation)
-    size, uniform = _step_sizes(terms, in_shapes)
+    size, uniform = step_sizes(terms, in_shapes)
     shape = tuple(map(size.__getitem__, result))
-    plan = _step_gemm(terms, result, size, uniform) if form == "gemm" else None
+    plan = step_gemm(terms, result, size, uniform) if form == "gemm" else None
     if plan is None and len(terms) <= 2:
         equation = to_ascii(equation)
     return equation, shape, plan, size
-
-
-def step_forms(terms: Sequence[str], output: str, path, shapes, dtype, rates) -> tuple:
-    """Each step's form along ``path`` for operands of ``shapes`` (a sliced contraction's
-    full slice): ``"gemm"`` where the pair maps onto a GEMM and ``rates.step_form`` gives it
-    one, else ``"einsum"`` (``np.einsum``, or a step of more than two operands). The one
-    rule every contraction step and pairwise einsum node follows."""
-    return _step_forms(tuple(terms), output, tuple(map(tuple, path)),
-                       tuple(map(tuple, shapes)), np.dtype(dtype).name in BLAS_DTYPES, rates)
-
-
-@functools.lru_cache(maxsize=1024)
-def _step_forms(terms: tuple, output: str, path: tuple, shapes: tuple, blas: bool,
-                rates) -> tuple:
-    current = list(shapes)
-    forms = []
-    for inds, picked, result in play_path(terms, output, path):
-        in_shapes = [current[i] for i in inds]
-        for i in reversed(inds):
-            del current[i]
-        eq_terms, eq_result = split(first_use_equation(picked, result))
-        size, uniform = _step_sizes(eq_terms, in_shapes)
-        gemm = _step_gemm(eq_terms, eq_result, size, uniform)
-        forms.append(rates.step_form(math.prod(size.values()), gemm, blas))
-        current.append(tuple(map(size.__getitem__, eq_result)))
-    return tuple(forms)
 
 
 @functools.lru_cache(maxsize=4096)

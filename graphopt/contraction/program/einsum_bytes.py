@@ -1,5 +1,5 @@
 """What one ``np.einsum`` call allocates beside its operands and ``out``: its iterator and
-the buffers it may fill (a bound, measured with tracemalloc), which the contraction
+the buffers it may fill (a bound on what tracemalloc counts), which the contraction
 program's np.einsum steps, the numba backend's einsum nodes and ``einsum_matmul``'s
 products count as their workspace.
 """
@@ -9,18 +9,14 @@ from __future__ import annotations
 import math
 from typing import Sequence
 
-# What one np.einsum call allocates beside its operands and ``out`` (tracemalloc, NumPy 2.4):
-# its iterator, 1.4-2.1 kB (at most 1440 bytes and 64 a dim of the operands and out), and
-# the buffers the iterator fills where the operands and ``out`` disagree on memory order,
-# even all C-contiguous: NumPy's buffer of 8192 elements, or the iteration space where that
-# is smaller, for at most two of them (up to 263 kB for a complex pair). Of 1476 random
-# pairs of up to 7 labels of 1-32 in four dtypes, 1175 large enough to tell: 903 filled no
-# buffer, 72 one and 162 two, every pair within this bound. A product that sums nothing,
-# over C-contiguous operands each a run of the output's labels, fills none
-# (``np_einsum_fills_no_buffer``: 1805 random such products of up to 6 labels of 1-32 in
-# four dtypes; one whose operands interleave in the output, 'da,bc->bdca', filled up to 63
-# kB, as can one that sums); 5191 np.einsum steps of 360 generated networks, each
-# measured, stayed within the bound
+# What one np.einsum call allocates beside its operands and ``out`` (as tracemalloc counts
+# it, NumPy 2.4): its iterator (at most 1440 bytes and 64 a dim of the operands and out),
+# and the buffers the iterator fills where the operands and ``out`` disagree on memory
+# order, even all C-contiguous: NumPy's buffer of 8192 elements, or the iteration space
+# where that is smaller, for at most two of them. A product that sums nothing, over
+# C-contiguous operands each a run of the output's labels, fills none
+# (``np_einsum_fills_no_buffer``); one whose operands interleave in the output, or one that
+# sums, may fill two. Which ones it fills is the iterator's choice, so this is a bound.
 NP_EINSUM_ITER_BYTES, NP_EINSUM_ITER_BYTES_PER_DIM = 1440, 64
 NP_EINSUM_BUFFERS, NP_EINSUM_BUFFER_ELEMENTS = 2, 8192
 

@@ -27,7 +27,7 @@ class Gemm(NamedTuple):
     operand and not in the output are summed first; the output order is ``batch + m + n``
     unless ``out_perm`` says how to transpose the result into it. A named tuple, made by
     ``pair_gemm`` with ``matrices`` worked out: a network's program plans hundreds of
-    steps (0.9 against 2.1 us each as a frozen dataclass with ``matrices`` cached)."""
+    steps, and a named tuple is made faster than a frozen dataclass."""
 
     sum_a: tuple
     sum_b: tuple
@@ -39,8 +39,8 @@ class Gemm(NamedTuple):
     swapped: bool          # the operands trade places so that the output order is direct
     # ``run_gemm``'s view of a step: the shapes of A, B and C as (batched) matrices,
     # ``(B, M, K)``, ``(B, K, N)`` and ``(B, M, N)`` without a batch of 1, and whether A's
-    # and B's permutations move any axis (a network's program runs hundreds of small GEMMs
-    # a call: 2.2 -> 1.9 us a step)
+    # and B's permutations move any axis (worked out once: a network's program runs
+    # hundreds of small GEMMs a call)
     matrices: tuple
 
 
@@ -90,9 +90,7 @@ def pair_gemm(ta: str, tb: str, out: str, size: dict) -> Gemm | None:
 def pair_labels(ta: str, tb: str, out: str) -> _PairLabels | None:
     """The label work of ``pair_gemm`` (None: a term repeats a label, a trace or a
     diagonal, not a GEMM). Memoized: a network's steps, their labels renamed in order of
-    first use (``first_use_equation``), repeat a few dozen patterns at many sizes
-    (``pair_gemm`` of ``abcd,cdef->abef``: 9.0 -> 2.6 us; a new 6x6 lattice's
-    program planned in 0.89 ms, 1.09 before, best of 40)."""
+    first use (``first_use_equation``), repeat a few dozen patterns at many sizes."""
     if len(set(ta)) != len(ta) or len(set(tb)) != len(tb):
         return None
     sum_a, ra = _summed_first(ta, tb, out)
@@ -201,11 +199,10 @@ def transpose_copy_bytes(p: Gemm, shapes, itemsize: int) -> int:
 
 
 # The views ``run_gemm`` holds at once on the host while its product runs (its operands
-# transposed and reshaped into matrices, the product's reshape and permutation): 880-1312
-# bytes a step by tracemalloc over 195 random pair steps of 2-5 labels (CPython 3.11, NumPy
-# 2.4). A program's per-step allowance (``contraction_plan.OBJECT_BYTES_PER_STEP``) covers
-# them on long programs; on a short one the step at the peak held more than its share (a
-# 6-step sliced network measured 1.15x its prediction, 2 % over its 22 kB limit).
+# transposed and reshaped into matrices, the product's reshape and permutation): the most
+# tracemalloc counts for a step of a few labels (CPython 3.11, NumPy 2.4). A program's
+# per-step allowance (``build.OBJECT_BYTES_PER_STEP``) covers them on long programs, not at
+# the peak step of a short one, so a GEMM step counts them itself.
 GEMM_VIEW_BYTES = 1312
 
 
@@ -227,7 +224,7 @@ def c_strides(shape) -> tuple[int, ...]:
 @functools.lru_cache(maxsize=4096)
 def _c_strides(shape: tuple) -> tuple[int, ...]:
     # memoized: a network's compile asks for each operand's and step's (hundreds, few
-    # distinct), 0.35 us each computed, 0.15 looked up
+    # distinct)
     strides, acc = [0] * len(shape), 1
     for i in reversed(range(len(shape))):
         strides[i], acc = acc, acc * int(shape[i])

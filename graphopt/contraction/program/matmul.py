@@ -1,23 +1,19 @@
 """The (batched) matrix product of a GEMM step in a dtype BLAS does not multiply.
 
-NumPy's ``matmul`` has no BLAS for integers, bool, float16 or longdouble: its own loops
-ran int64 products of 256 x 256 x 256 2x slower than ``np.einsum``'s and int16 ones 13x
-(measured here). ``einsum_matmul`` runs the product on the GEMM's matrices through
-``np.einsum``'s sum-of-products loops instead, which release the GIL (two threads: 2.3x one).
-On 606 pair steps of 30 generated integer networks it took 12.3 ms in all, where
-``np.einsum`` over each step's own labels took 37.9 (that form's iterator loops over labels
-in an order of its choosing and buffers operands it finds awkward).
+NumPy's ``matmul`` has no BLAS for integers, bool, float16 or longdouble, and its own loops
+are slower than ``np.einsum``'s sum-of-products loops, many times so for small integer
+types. ``einsum_matmul`` runs the product on the GEMM's matrices through those loops
+instead, which release the GIL. It is also faster than ``np.einsum`` over each step's own
+labels, whose iterator loops over labels in an order of its choosing and buffers operands it
+finds awkward.
 
 What it allocates is known: over matrices NumPy's iterator fills no buffer of its own
-(checked with tracemalloc on about 16 700 random products of up to 100 per dimension,
-1000 for a vector, batched and not, in int8-int64, uint8, bool, float16, float64 and
-complex128, in every memory order of A and B), except where A's rows are its inner axis
-(F-ordered) and B's columns are B's (C-ordered): then it filled two buffers of up to 8192
-elements (131 kB in int64) in 1656 of 2431 such products. There the smaller operand is copied
-into the other memory order first (``operand_to_copy``), which ``gemm.operand_scratch``
-counts. ``np.einsum`` over a step's own labels fills such buffers too, of sizes its iterator
-picks: an int64 network's predicted peak, which must count the most they can be, was
-2.5-5x its measured one.
+(in every dtype and batched or not, in every memory order of A and B, as tracemalloc
+shows), except where A's rows are its inner axis (F-ordered) and B's columns are B's
+(C-ordered): then it may fill two buffers of up to 8192 elements. There the smaller operand
+is copied into the other memory order first (``operand_to_copy``), which
+``gemm.operand_scratch`` counts. ``np.einsum`` over a step's own labels fills such buffers
+too, of sizes its iterator picks, which a predicted peak could only bound at their most.
 """
 
 from __future__ import annotations
@@ -29,7 +25,7 @@ import numpy as np
 from .einsum_bytes import NP_EINSUM_ITER_BYTES, NP_EINSUM_ITER_BYTES_PER_DIM
 
 # The dtypes BLAS multiplies (``gemm.BLAS_DTYPES``), and their characters: what a call
-# reads (``dtype.char``; ``dtype.name`` is a Python property of ~1.5 us)
+# reads (``dtype.char``: ``dtype.name`` is a Python property, slow on a hot path)
 BLAS_DTYPES = frozenset({"float32", "float64", "complex64", "complex128"})
 BLAS_CHARS = frozenset(np.dtype(d).char for d in BLAS_DTYPES)
 
@@ -54,7 +50,7 @@ def operand_to_copy(shape_a, strides_a, shape_b, strides_b) -> int:
 def einsum_matmul_bytes(ndim: int) -> int:
     """What ``einsum_matmul`` of ``ndim``-dimensional matrices (2, or 3 batched) allocates
     beside its operands, its copy of one and ``c``: ``np.einsum``'s iterator over three
-    arrays of ``ndim`` dims (``einsum_memory.NP_EINSUM_ITER_BYTES``; measured 1.8-2.0 kB)."""
+    arrays of ``ndim`` dims (``einsum_bytes.NP_EINSUM_ITER_BYTES``)."""
     return NP_EINSUM_ITER_BYTES + NP_EINSUM_ITER_BYTES_PER_DIM * 3 * ndim
 
 

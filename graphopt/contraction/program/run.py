@@ -19,7 +19,8 @@ import numpy as np
 from ...ir.einsum import split
 from ...ir.einsum_numpy import promote_operands
 from ..rates import DEVICE_RATES, host_rates
-from .build import Program, build_program, squeeze_ones, step_forms
+from .build import Program, build_program, squeeze_ones
+from .forms import step_forms
 from .gemm import c_strides
 
 
@@ -29,7 +30,7 @@ class PathContraction:
 
     Each call runs on an arena of the program's ``arena_bytes``. With ``keep_arenas`` the
     arenas are kept for the next calls (one per call in flight; fresh memory is slower to
-    write than reused, 2x on a 10x10 lattice) until ``release_arenas``; otherwise each call
+    write than reused, its pages faulted in again) until ``release_arenas``; otherwise each call
     allocates its own. ``xp``: the array module the operands, arenas and steps are in
     (NumPy; cupy on a GPU, whose steps run cuBLAS's GEMMs and cupy's einsum)."""
 
@@ -72,8 +73,8 @@ class PathContraction:
         contraction's full slice, which these operands (a ragged slice) are no larger than:
         the program takes the full slice's arena and offsets. A ragged slice's own could be
         larger: intermediates of at most ``UNSHARED_ARENA_BYTES`` in all each get their own
-        place, so a slice just under that threshold held 108 kB where the full slice, its
-        places shared, held 54 kB (a 24-tensor network measured 1.88x its prediction)."""
+        place, so a slice just under that threshold could hold twice what the full slice,
+        its places shared, holds, beyond the workspace predicted."""
         shapes = tuple(map(tuple, shapes))
         strides = tuple(map(tuple, strides)) if strides is not None else \
             tuple(c_strides(s) for s in shapes)
@@ -86,7 +87,7 @@ class PathContraction:
         if full_shapes is not None and full_shapes != shapes:
             # a ragged slice's program, laid out in the full slice's arena: apart from the
             # program of the same shapes as a full slice of its own (a slicing search asks
-            # this object for both: planned as the one, it was the other's prediction too)
+            # for both, and each prediction must be its own)
             key = (key, full_shapes)
         else:
             full_shapes = None
@@ -219,8 +220,8 @@ class _Arena:
 @functools.lru_cache(maxsize=64)
 def _no_copies(n_steps: int) -> tuple:
     """``_Arena.places``' copies of a program of ``n_steps`` steps none of which copies in
-    its arena: one tuple of Nones for every such arena (a list of its own weighed 8 bytes a
-    step in a sliced call's measured peak)."""
+    its arena: one tuple of Nones for every such arena (a list of its own would weigh 8 bytes
+    a step in a sliced call's peak)."""
     return (None,) * n_steps
 
 
@@ -229,8 +230,7 @@ def program_key(shapes, byte_strides, dtype_str: str) -> tuple:
     one tuple of odd length (2 per operand, plus 1). Never a tuple of one item per operand,
     made per call or per slice: CPython before 3.12.5 keeps a freed tuple of 20 items on a
     free list it never takes them back from (gh-121439), so on a 20-operand network every
-    such tuple stayed allocated, up to 2000 of them (tracemalloc: a 4x5 lattice's first
-    sliced call measured 262 kB against its 182 kB prediction, three such tuples a slice)."""
+    such tuple would stay allocated, thousands of them, beyond the predicted peak."""
     return tuple([*shapes, *byte_strides, dtype_str])
 
 

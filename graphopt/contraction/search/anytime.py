@@ -2,24 +2,21 @@
 
 ``find_path(terms, output, sizes, time_budget=None)`` returns the cheapest path found
 (``paths.Steps``; cost ``Steps.combo``: FLOPs plus 64 per element written) and a record of
-the search. The searchers are ``path_searchers``'; the order they run in, and what the
-budget pays for, is decided here:
+the search. The searchers are ``searchers``'; the order they run in, and what the budget
+pays for, is decided here:
 
 1. the start, the cheapest greedy path: cotengrust's (Rust, a fraction of a millisecond, at
    each of ``FAST_GREEDY_COSTMODS``; quimb and cotengra start from the same), and
-   opt_einsum's (Python, 2-12 ms on 50-200 tensors) where cotengrust is not installed, or
-   where the budget pays for one of its trials and a label joins more than two tensors (a
-   hyper index: there it started 3.5x cheaper than cotengrust's on the hyper-index network
-   of benchmarks/networks.py; on its seven networks without one, the start of four whose
-   budgets paid for it, it was never cheaper than cotengrust's greedy and first trials,
-   and the lattice's search spent 4 of its 12 ms on it);
+   opt_einsum's (Python, milliseconds on large networks) where cotengrust is not
+   installed, or where the budget pays for one of its trials and a label joins more than
+   two tensors (a hyper index, where opt_einsum's scoring of every pair sharing a label
+   finds a cheaper start);
 2. one batch of ``FIRST_TRIALS`` cotengrust random-greedy trials, where it costs at most
    ``FIRST_TRIALS_SHARE`` of the budget (a better start for the next step on grid-like
    networks);
 3. cotengra's subtree reconfiguration of the best path, at each subtree size the budget
-   pays for, smallest first (a deterministic local search: at subtree size 4, 2-15x less
-   combo cost than the greedy start on the lattice, PEPS and MPO networks of
-   benchmarks/networks.py, in 6-17 ms);
+   pays for, smallest first (a deterministic local search that improves greedy paths on
+   grids and matrix-product networks many times over for milliseconds);
 4. random-greedy trials within ``TRIAL_SHARE`` of the budget: cotengrust's in batches
    whose trials cost at least what playing the batch's best path does (without
    cotengrust, opt_einsum's);
@@ -28,37 +25,34 @@ budget pays for, is decided here:
    round of step 6 at the pace the clock has shown (``_timed_round_seconds``);
 6. the reconfiguration of the best path at subtrees picked at random, in rounds while one
    improves it (``RANDOM_ROUNDS``): where the costliest-first walk of steps 3 and 5 is
-   stuck (before step 7: under the clock a budget may pay for only one of the two, and on
-   the random-regular network of benchmarks/networks.py this one found more);
+   stuck (before step 7: under the clock a budget may pay for only one of the two, and
+   this one walks further);
 7. the reconfiguration again, of a better path steps 4-6 found;
 8. by the clock: where the budget is at least ``HYPER_MIN_SECONDS``, cotengra's
-   hyper-optimizer over its partitioning methods (``path_searchers.HyperTrials``) until
-   the budget is spent; under a smaller budget that the user set, or without cotengra,
-   more of opt_einsum's trials.
+   hyper-optimizer over its partitioning methods (``searchers.HyperTrials``) until the
+   budget is spent; under a smaller budget that the user set, or without cotengra, more
+   of opt_einsum's trials.
 
 The budget: ``time_budget`` seconds where given (``compile(..., path_time=)``); by default
 ``SEARCH_FRACTION`` of the estimated run time of the best path found so far (its combo cost
-at ``COMBO_RATE``), at most ``DEFAULT_MAX_SECONDS``: a search costs at most about what the
-run it shortens is estimated to cost (the rent-or-buy bound); a network that
-runs in a millisecond is ordered in well under one, an expensive one gets seconds. Steps
-1-7 are counted, not timed (``SearchSteps``, each step's assumed cost from the constants
-below): a step runs only where what was counted so far plus its own assumed cost is within
-the budget of the best path found so far, so a small network's path does not depend on the
-machine's speed, and a path that runs in ten milliseconds is not refined for sixty. From
-``HYPER_MIN_SECONDS`` of budget on, where step 8 is timed anyway, a counted step also needs
-the clock to leave room for it: on networks of hundreds of tensors the steps cost up to
-several times their assumed cost (a 3 s search of a 20x20 lattice took 4.3 s, a 1 s one of
-a 200-tensor random 3-regular network 1.9 s; now 3.0-3.1 and 1.0-1.1). A step that has
-started is finished; step 8 stops a trial's time short of the budget, so 1 s searches of
-benchmarks/networks.py's networks took 0.8-1.1 s.
+at the backend's combo rate), at most ``DEFAULT_MAX_SECONDS``: a search costs at most about
+what the run it shortens is estimated to cost (the rent-or-buy bound); a network that runs
+in a millisecond is ordered in well under one, an expensive one gets seconds. Steps 1-7
+are counted, not timed (``SearchSteps``, each step's assumed cost from ``budget``'s
+constants): a step runs only where what was counted so far plus its own assumed cost is
+within the budget of the best path found so far, so a small network's path does not
+depend on the machine's speed. From ``HYPER_MIN_SECONDS`` of budget on, where step 8 is
+timed anyway, a counted step also needs the clock to leave room for it: on networks of
+hundreds of tensors the steps can cost several times their assumed cost. A step that has
+started is finished; step 8 stops a trial's time short of the budget, so a search ends
+about on its budget.
 
-Paths are kept by the network's structure and sizes (``path_cache``: in this process and
-on disk beside the kernels), so a second compile or a second process does no search. An
+Paths are kept by the network's structure and sizes (``cache``: in this process and on
+disk beside the kernels), so a second compile or a second process does no search. An
 entry is used when it was searched with at least the budget now asked for; a corrupt
 entry, or one whose path does not fit the network, is dropped and searched again. A path
-that nothing but cotengrust's greedy found is kept too: writing its entry cost a first
-process 0.45-0.65 ms, and reading it saved every later one 0.55-0.9 ms (a 200-tensor MPS
-product and a 198-tensor circuit, medians of eight pairs of fresh processes).
+that nothing but cotengrust's greedy found is kept too: reading an entry costs a later
+process less than finding the path again.
 """
 
 from __future__ import annotations
@@ -126,8 +120,8 @@ class _Search:
     @property
     def cotengra(self) -> bool:
         """Whether cotengra is installed: asked where a step would use it (a search that
-        stops at the greedy start, most of those of networks that run in milliseconds,
-        does not look for it: 0.15 ms in a process's first search)."""
+        stops at the greedy start, as most of those of networks that run in milliseconds
+        do, does not import it)."""
         return searchers.cotengra_available()
 
     def budget(self) -> float:     # follows the best path so far: asked each time
@@ -229,13 +223,10 @@ class _Search:
     def _timed_round_seconds(self) -> float:
         """Where the budget is timed (from ``HYPER_MIN_SECONDS``; else 0: a counted budget
         keeps its steps' order of payment), what one round of step 6 will take: its
-        assumed cost at the pace the clock has shown the counted steps to run. On the
-        80-tensor random-regular network of benchmarks/networks.py at 1 s they ran at 2.2x
-        their assumed cost on a slow machine, and the starts left the round too little
-        time in 6 of 16 searches (3.5e6 combo cost, where the round finds 2.1e6; over
-        cotengra's 1.5x in two runs of the benchmark); leaving it room: 2.1e6 in 12 of 12, and
-        on 24 networks of cotengra's generators at 1 s 0.92-0.98x in geometric mean, one
-        130-tensor random-regular network 1.39x."""
+        assumed cost at the pace the clock has shown the counted steps to run. On a slow
+        machine the counted steps run at a multiple of their assumed cost, and the starts
+        of step 5 would leave step 6, which finds more on random-regular networks, no
+        time."""
         if self.budget() < HYPER_MIN_SECONDS or self.counted.counted <= 0:
             return 0.0
         pace = max(1.0, self.elapsed() / self.counted.counted)
@@ -294,8 +285,7 @@ class _Search:
                     int((room() - per_batch) / counted.rust_trial_seconds()))
             if k < 1 or k * counted.rust_trial_seconds() < per_batch:
                 # a batch whose trials cost less than playing its best path is mostly
-                # overhead (the one trial the budget of the 120-tensor MPS norm of
-                # benchmarks/networks.py paid for: 1.0 of its 1.5 ms search, no better path)
+                # overhead: playing the path is most of what it costs
                 break
             self._rust_batch(k)
         # opt_einsum's trials are the same kind, a hundred times slower: only without
@@ -326,8 +316,7 @@ class _Search:
             while True:
                 # cotengra finishes the trial it started at a chunk's end: the chunk ends
                 # a trial (of the mean time so far, or the assumed time before the first)
-                # early, so the search ends about on its budget (without that, 1 s
-                # searches of a 198-tensor circuit took 1.15-1.24 s, its first trial 0.37)
+                # early, so the search ends about on its budget, not a trial past it
                 per_trial = trials.seconds_per_trial() or \
                     HYPER_TRIAL_SECONDS_PER_TENSOR * self.counted.n
                 chunk = min(HYPER_CHUNK_SECONDS,

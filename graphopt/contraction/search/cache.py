@@ -24,8 +24,8 @@ CACHE_FORMAT = 6           # part of every key: a change to the search makes new
 MEMO_ENTRIES = 256
 DISK_ENTRIES = 4096        # path files kept, give or take those written since a prune
 # One write in this many prunes the directory (listing it, and where it holds more than
-# DISK_ENTRIES, the time of each entry: 12 ms at 4200 entries), the writes whose key falls
-# in that share of the key space: any process's, however few it writes
+# DISK_ENTRIES, the time of each entry: milliseconds on a full cache), the writes whose key
+# falls in that share of the key space: any process's, however few it writes
 PRUNE_EVERY = 64
 
 _MEMO: OrderedDict = OrderedDict()
@@ -93,9 +93,8 @@ def store(key: str, steps: Steps, entry: dict) -> None:
 
 def prune_due(key: str) -> bool:
     """Whether writing ``key``'s entry prunes the directory: for one key in
-    ``PRUNE_EVERY`` (keys are hashes: an even share of any process's writes). Pruning at
-    each process's first write cost every process that wrote 12 ms once the cache was
-    full."""
+    ``PRUNE_EVERY`` (keys are hashes: an even share of any process's writes), so that a
+    process's first write does not pay for listing a full cache."""
     return int(key[:8], 16) % PRUNE_EVERY == 0
 
 

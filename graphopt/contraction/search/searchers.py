@@ -18,13 +18,10 @@ from ..paths import COMBO_WRITE_WEIGHT, Steps, play
 
 # cotengra counts a multiply-add as one FLOP where opt_einsum and graphopt count two, so our
 # combo cost (``Steps.combo``: FLOPs plus 64 per element written) is twice its "combo-32":
-# the objective its reconfiguration and hyper-optimizer are given. (Its own "combo" weighs
-# a written element as 128 of our FLOPs. Default-budget searches of 24 networks from its
-# generators, 8 each random-regular, hyper-index and lattice, ended at 0.98x the combo cost
-# by "combo-32" (geometric mean; random-regular 0.91x, 5 better and none worse; hyper-index
-# 1.03x, 3 better and 3 worse, one 1.24x; lattice unchanged). A local search, it lands
-# where its objective leads: benchmarks/networks.py's hyper-index network is one it leads
-# to a dearer path, 5.9e8 against 3.9e8.)
+# the objective its reconfiguration and hyper-optimizer are given, so that they minimize
+# what the search ranks paths by. (Its own "combo" weighs a written element as 128 of our
+# FLOPs. A local search lands where its objective leads, which on some hyper-index
+# networks is a dearer path than another objective's.)
 COTENGRA_MINIMIZE = f"combo-{COMBO_WRITE_WEIGHT // 2}"
 
 
@@ -37,9 +34,8 @@ def numbered_labels(terms, output) -> dict:
 
 
 try:
-    # imported with graphopt, as cotengra (and so quimb) import it: about 1 ms, which a
-    # process's first path search paid otherwise (of the 10-15 ms a 150-200 tensor
-    # network's first compile takes)
+    # imported with graphopt, as cotengra (and so quimb) import it: a process's first path
+    # search would pay for the import otherwise
     import cotengrust as _cotengrust
 except ImportError:
     _cotengrust = None
@@ -52,10 +48,9 @@ def cotengrust():
 
 @functools.cache
 def cotengra_available() -> bool:
-    """Whether cotengra is installed, found without importing it: importing it takes 20-30
-    ms (autoray, its optimizers), which a search that runs none of its steps should not pay
-    (the first ``go.contract`` of a 200-tensor MPS product in a process: 27.3 against 9.7 ms
-    with cotengra imported beforehand, when this check imported it). It is imported by the
+    """Whether cotengra is installed, found without importing it: importing it takes tens
+    of milliseconds (autoray, its optimizers), which a search that runs none of its steps
+    should not pay, most of a small network's first ``go.contract``. It is imported by the
     first step that uses it."""
     try:
         return importlib.util.find_spec("cotengra") is not None
@@ -141,10 +136,8 @@ class HyperTrials:
     """cotengra's hyper-optimizer over its partitioning methods (kahypar where installed,
     else its 'labels'), each trial reconfigured (its default), run in chunks (it keeps its
     sampler's state between them). Its greedy trials are left out: the search's own steps
-    sample greedy paths and reconfigure them. (On the randreg network of
-    benchmarks/networks.py, before the search's rounds at random subtrees, twenty 1 s
-    searches ended above 3.09e6 combo 12 times with unrefined kahypar trials and 7-9 times
-    refined; cotengra's own search over both methods, 2 times.)"""
+    sample greedy paths and reconfigure them, and reconfigured partition trials find
+    cheaper paths than unrefined ones."""
 
     name = "cotengra hyper-optimizer"
 

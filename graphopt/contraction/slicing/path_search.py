@@ -1,14 +1,13 @@
 """The path of a contraction that must be sliced, searched with its slicing in view.
 
 The contraction pass orders a group for speed alone. Where no order of it fits the memory
-limit whole, the slicing pass slices that path (``slice_search.fit_slices``), and the
-slices can cost many times its FLOPs: an order that suits the whole network is rarely the
-one that suits its slices (cotengra's experience, and ours: a 6x6 lattice at bond 8 under
-1/16 of its peak sliced 8192 ways at 8.6e10 FLOPs along its unsliced best path, 256 ways
-at 6.1e9 along a path searched sliced at the default budget, 128 at 3.1e9 given more).
-``search_sliced_path`` searches again, within a budget:
+limit whole, the slicing pass slices that path (``labels.fit_slices``), and the slices can
+cost many times its FLOPs: an order that suits the whole network is rarely the one that
+suits its slices (as cotengra finds too: on lattices under a small fraction of their peak,
+a path searched with its slices in view slices into tens of times fewer slices at a
+fraction of the FLOPs). ``search_sliced_path`` searches again, within a budget:
 
-1. cotengra's slice-and-reconfigure of the unsliced path (``path_searchers.
+1. cotengra's slice-and-reconfigure of the unsliced path (``searchers.
    slice_reconfigured``) at each intermediate target of ``TARGET_FRACTIONS`` of the
    budget, while the counted budget pays (``SLICE_RECONF_SECONDS_PER_TENSOR`` each);
 1b. where every slicing step 1 found fits the memory but costs more than
@@ -17,7 +16,7 @@ at 6.1e9 along a path searched sliced at the default budget, 128 at 3.1e9 given 
    (no cotengra) and no slicing of the path fit: graphopt's path search of the unsliced
    network again, then step 1 from its path; the budget is then what such a slicing may
    cost and still be taken;
-2. graphopt's own path search (``path_search``) for the network with the best slicing's
+2. graphopt's own path search (``search.anytime``) for the network with the best slicing's
    labels at their block sizes (with none cheap enough, the cheapest that fits the
    memory), then sliced again, in rounds while one improves it;
 3. by the clock, where at least ``HYPER_MIN_SECONDS`` are left (and a slicing was found,
@@ -28,12 +27,12 @@ at 6.1e9 along a path searched sliced at the default budget, 128 at 3.1e9 given 
 Every path found is sliced again by ``fit_slices`` against what a call really allocates,
 and cotengra's own slicing of it is kept too where it fits that (graphopt's halving of
 label blocks suits a path it was handed less well than cotengra's slicing suits the path it
-reconfigured for it: a 5x8 lattice at 1/4 of its peak, 36 slices at 2.2e8 FLOPs against 288
-at 9.5e8 re-sliced); the least estimated run time that fits wins (``sliced_seconds``:
-FLOPs, and a cost per step of each slice, so that many tiny slices do not pass for cheap),
-within ``MAX_FLOP_OVERHEAD`` times the unsliced path's. The budget: ``path_time`` where the
-user set it; by default ``SEARCH_FRACTION`` of the estimated run time of the best slicing so
-far, at most ``DEFAULT_MAX_SECONDS``: the rule of the unsliced search (``path_search``),
+reconfigured for it); the least estimated run time that fits wins (the backend's
+``Rates.sliced_seconds``: FLOPs, and a cost per step of each slice, so that many tiny
+slices do not pass for cheap), within ``MAX_FLOP_OVERHEAD`` times the unsliced path's. The
+budget: ``path_time`` where the user set it; by default ``SEARCH_FRACTION`` of the
+estimated run time of the best slicing so far, at most ``DEFAULT_MAX_SECONDS``: the rule of
+the unsliced search (``search.anytime``),
 with the slices' cost as the stake. Without cotengra only steps 1b and 2 run. The path is
 kept in the path cache under the network, the memory budget, the dtype and the slices in
 flight, so a second compile or process does not search again.
@@ -68,17 +67,14 @@ from .run import contraction_workspace_bytes, least_sliced_workspace_bytes
 # Intermediate targets (fractions of the memory budget, in elements) that slice-and-
 # reconfigure runs at, in order. A call holds several intermediates and the steps' operand
 # copies beside the largest, so its largest must be a fraction of the budget; which fraction
-# fits best depends on the network: on 7 limits of lattices (5x6, 6x6 and 5x8 at bond 6-8)
-# and a 50-tensor random-regular network (bond 4), at 1/4-1/64 of their peaks, 1/8 or 1/4
-# gave the fewest FLOPs on 6 (1/8 on 5; 1/4 on one that 1/8 and 1/16 tied), 1/16 on one
-# (1.1e8 against 1.3e8), 1/32 and 1/64 never, at up to twice the time
+# fits best depends on the network: 1/8 and 1/4 most often, 1/16 sometimes, smaller ones
+# rarely, so they are tried in that order while the budget pays
 TARGET_FRACTIONS = (1 / 8, 1 / 4, 1 / 16, 1 / 32)
 # Step 2's rounds: at most this many, each given what the counted budget leaves, at most
 # REPATH_SECONDS (under HYPER_MIN_SECONDS its steps are counted, not timed, so the same in
 # every process), skipped under REPATH_MIN_SECONDS
 REPATH_ROUNDS, REPATH_SECONDS, REPATH_MIN_SECONDS = 3, 0.25, 0.01
 # Counted cost of one slice-and-reconfigure and the slicing of its path, per tensor
-# (measured: 0.01-0.03 s on 20 tensors, 0.04-0.2 s on 36-50)
 SLICE_RECONF_SECONDS_PER_TENSOR = 3e-3
 
 
@@ -120,7 +116,7 @@ class _SlicedSearch:
         self.path, self.best, self.t0 = [tuple(p) for p in path], found, time.perf_counter()
         # a slicing that costs more than MAX_FLOP_OVERHEAD times the unsliced path's run, as
         # fit_slices refuses along one path: a searched path's own unsliced FLOPs may be
-        # many times those (a 4x5 lattice under 1/24 of its peak: a billion slices)
+        # many times those, and its slicing into billions of slices
         self.path_flops = play(self.terms, self.output, self.sizes, self.path).flops
         self.most = MAX_FLOP_OVERHEAD * rates.sliced_seconds(self.path_flops, 1,
                                                              len(self.terms))
@@ -193,8 +189,8 @@ class _SlicedSearch:
     def slice_and_reconfigure(self, first: bool = True) -> None:
         """Step 1: at each target of ``TARGET_FRACTIONS`` the counted budget pays for. From
         the unsliced path, not the first slicing's (searched again for its sliced sizes):
-        as good or better on all 7 limits above (a 6x6 lattice at 1/16: 6.1e9 FLOPs
-        against 1.8e10). ``first``: where its first target's slicing fits the memory only
+        the unsliced path reconfigures to cheaper slicings. ``first``: where its first
+        target's slicing fits the memory only
         at more than ``most``, step 1b searches another path before the other targets."""
         per = SLICE_RECONF_SECONDS_PER_TENSOR * len(self.terms)
         for fraction in TARGET_FRACTIONS if searchers.cotengra_available() else ():
@@ -215,11 +211,8 @@ class _SlicedSearch:
         path: graphopt's path search of the unsliced network again, for half of what
         the budget leaves, then step 1 from the path it finds. The unsliced search's
         default budget follows the unsliced run, which a tight limit's slices may cost
-        hundreds of times; a narrower order slices cheaply (a 16x16 lattice at bond 2 under
-        500 kB, 1/6.5 of its peak: refused, where a 4 s search of the unsliced network
-        finds an order that slices 64 ways at 4.6e8 FLOPs; without cotengra an 8x8 lattice
-        at bond 4 under 1/8 of its peak on the GPU's rate: refused along the default path,
-        sliced 512 ways after 0.38 s of search)."""
+        hundreds of times; a narrower order, found by a longer search, slices cheaply where
+        the default path slices only into billions of slices or not at all."""
         seconds = (self.seconds() - self.steps.spent()) / 2
         if self.best is not None or (self.ran and not self.dear) or \
                 seconds < REPATH_MIN_SECONDS:
@@ -236,8 +229,8 @@ class _SlicedSearch:
         """Step 2: graphopt's own path search (``path_search.find_path``) on the network with
         each label the best slicing slices at its block size, the path then sliced again; in
         rounds while one improves it (``REPATH_ROUNDS``), each searching for half of what
-        the counted budget leaves, at most ``REPATH_SECONDS`` (a 6x6 lattice at bond 8 under
-        1/16 of its peak: 3.3e9 FLOPs against slice-and-reconfigure's 6.1e9)."""
+        the counted budget leaves, at most ``REPATH_SECONDS`` (a path searched for the
+        sliced sizes can cost half of what slice-and-reconfigure's does)."""
         for _ in range(REPATH_ROUNDS):
             start = self.best or self.least_dear
             # half of what is left for the search, half for slicing the path it finds

@@ -48,12 +48,9 @@ def slice_view_bytes(terms, shapes, labels) -> int:
 
 
 # The sliced loop's own objects (``sliced_contract``): a slice object per index range of a
-# sliced label (tracemalloc: 46-56 bytes each, with its list's item), and beside them the
-# slice's index dicts, the lists of sliced labels and the progress activity, 3.1-4.0 kB
-# on four sliced chains of 3-5 operands called directly before np.einsum's own bytes were
-# counted; with them counted, at 2 kB those chains measure -1.1 to +0.4 kB from their
-# prediction, and 15 sliced lattices, random-regular and hyper-index networks compiled
-# under memory_limit -18 to +0.5 kB
+# sliced label (with its list's item, as tracemalloc counts it), and beside them the
+# slice's index dicts, the lists of sliced labels and the progress activity: an allowance
+# that keeps a sliced call's measured peak within its prediction
 SLICE_RANGE_BYTES = 56
 SLICE_LOOP_BYTES = 2048
 
@@ -93,7 +90,7 @@ def contraction_workspace_bytes(equation: str, shapes, path, slices, blocks, dty
     buffer for each worker beyond the first where no output label is sliced
     (``parallel_workspace_bytes``). ``device``: on a GPU, whose memory holds the arrays
     only (``Program.peak_bytes``'s ``device_itemsize``; no views, loop or call objects).
-    ``forms``: each step's (``program.build.step_forms``; None: by the rule for where the
+    ``forms``: each step's (``program.forms.step_forms``; None: by the rule for where the
     steps run). The one rule the slicing pass bounds and the kernels declare."""
     dtype = np.dtype(dtype)
     terms, output = split_equation(equation)
@@ -120,7 +117,7 @@ def contraction_workspace_bytes(equation: str, shapes, path, slices, blocks, dty
     # the loop's objects, and its list of the full slice's shapes (``sliced_contract``)
     loop = slice_loop_bytes(sizes, block) + sys.getsizeof(sliced) + \
         sum(map(sys.getsizeof, sliced)) if block and not device else 0
-    name = dtype.name               # a Python property in NumPy: ~1.5 us, once, not per operand
+    name = dtype.name               # a Python property in NumPy: read once, not per operand
     casts = sum(math.prod(s) * dtype.itemsize for s, dt in zip(shapes, operand_dtypes or ())
                 if dt != name and np.dtype(dt) != dtype)
     out_bytes = math.prod(sizes[c] for c in output) * dtype.itemsize
@@ -243,8 +240,8 @@ def _run_slices(contract, arrays, terms, output, regions, parts, out, shape, dty
             else:
                 res = contract.run(views, None, matmul, full, promoted=True)
                 target += res
-            # (dropped before the next slice's result is made: kept until it was rebound,
-            # two slice results were alive at once where the workspace counts one)
+            # (dropped before the next slice's result is made: kept until it is rebound, two
+            # slice results would be alive at once where the workspace counts one)
             del res
         if lo >= hi:  # a summed label of size 0: the empty sum
             target[...] = 0

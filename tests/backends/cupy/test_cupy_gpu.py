@@ -1,4 +1,4 @@
-"""The cupy backend on a GPU: every result equals the interpreter (DESIGN §8).
+"""The cupy backend on a GPU: every result equals the interpreter (docs/trust.md).
 
 Marked ``gpu``; skipped with a reason where cupy or a CUDA device is missing.
 """

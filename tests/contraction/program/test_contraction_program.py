@@ -1,4 +1,4 @@
-"""The contraction program (graphopt/contraction_program.py): einsum along a path, one GEMM
+"""The contraction program (graphopt/contraction/program/run.py): einsum along a path, one GEMM
 or np.einsum per step, against NumPy's einsum in float64 or exactly, on equations from
 opt_einsum's generator and on the cases a step must not take for a GEMM."""
 

@@ -1,6 +1,7 @@
-"""The matrix product of dtypes BLAS does not multiply (graphopt/einsum_matmul.py): equal
-to NumPy's ``matmul`` in every memory order, and what it allocates as ``gemm``'s
-workspace model counts it (NumPy's iterator fills no buffer of its own)."""
+"""The matrix product of dtypes BLAS does not multiply
+(graphopt/contraction/program/matmul.py): equal to NumPy's ``matmul`` in every memory order,
+and what it allocates as ``gemm``'s workspace model counts it (NumPy's iterator fills no
+buffer of its own)."""
 
 from __future__ import annotations
 

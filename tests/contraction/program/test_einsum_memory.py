@@ -1,4 +1,4 @@
-"""np.einsum's own memory (graphopt/einsum_memory.py) against tracemalloc."""
+"""np.einsum's own memory (graphopt/contraction/program/einsum_bytes.py) against tracemalloc."""
 
 import numpy as np
 

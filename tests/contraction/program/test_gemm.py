@@ -1,5 +1,5 @@
-"""The GEMM lowering's workspace model (graphopt/gemm.py) against what ``run_gemm``
-allocates, traced."""
+"""The GEMM lowering's workspace model (graphopt/contraction/program/gemm.py) against what
+``run_gemm`` allocates, traced."""
 
 from __future__ import annotations
 

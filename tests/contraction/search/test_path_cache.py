@@ -1,6 +1,7 @@
-"""The contraction-path cache (graphopt/path_cache.py): kept in this process and on disk,
-shared by relabelled networks, found by a second process, pruned, and recovering from a
-corrupt entry; exercised through ``path_search.find_path``, which reads and writes it."""
+"""The contraction-path cache (graphopt/contraction/search/cache.py): kept in this process
+and on disk, shared by relabelled networks, found by a second process, pruned, and
+recovering from a corrupt entry; exercised through ``path_search.find_path``, which reads
+and writes it."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""The anytime path search (graphopt/path_search.py), on networks from opt_einsum's and
-cotengra's generators; its cache is tests/test_path_cache.py's."""
+"""The anytime path search (graphopt/contraction/search/anytime.py), on networks from
+opt_einsum's and cotengra's generators; its cache is tests/test_path_cache.py's."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""What a path search's budget pays for (graphopt/search_budget.py): the default budget and
-the counted steps; the search that spends it is tests/test_path_search.py's."""
+"""What a path search's budget pays for (graphopt/contraction/search/budget.py): the default
+budget and the counted steps; the search that spends it is tests/test_path_search.py's."""
 
 from __future__ import annotations
 

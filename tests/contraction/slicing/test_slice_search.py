@@ -1,5 +1,5 @@
-"""Choosing slices (graphopt/slice_search.py): the greedy finder, and fitting a budget with
-the exact workspace."""
+"""Choosing slices (graphopt/contraction/slicing/labels.py): the greedy finder, and fitting
+a budget with the exact workspace."""
 
 import math
 

@@ -1,4 +1,4 @@
-"""Running slices (graphopt/sliced_contraction.py): the loop against np.einsum, slices at
+"""Running slices (graphopt/contraction/slicing/run.py): the loop against np.einsum, slices at
 once, and what the loop allocates."""
 
 

@@ -1,5 +1,5 @@
-"""The sliced path search (graphopt/sliced_path_search.py): a contraction that must be
-sliced gets a path searched with its slicing in view, and compile runs it within the
+"""The sliced path search (graphopt/contraction/slicing/path_search.py): a contraction that
+must be sliced gets a path searched with its slicing in view, and compile runs it within the
 limit."""
 
 

@@ -314,8 +314,8 @@ class _Source(ScalarPrinter, LoopNest):
         body = self.kernel_body()
         sub, root = self.sub, self.root
         # Releasing the GIL lets other threads run during the loop, but under contention
-        # every release is a hand-over and a wait to get it back (~10-25 us): more than a
-        # small kernel's whole run. Tiled blocks, the ones graphopt runs in parallel
+        # every release is a hand-over and a wait to get it back: more than a small
+        # kernel's whole run. Tiled blocks, the ones graphopt runs in parallel
         # threads, are far above the threshold.
         self.nogil = self.parallel or math.prod(self.space) >= NOGIL_MIN
         rd = sub.nodes[root]

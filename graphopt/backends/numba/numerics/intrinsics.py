@@ -85,7 +85,7 @@ def _binary_intrinsic(llvm_name: str, doc: str):
 
 # NaN-propagating max/min (IEEE 754-2019 maximum/minimum: -0 < +0). Unlike a compare and
 # select they are associative without fast-math flags, so LLVM vectorizes a max/min
-# reduction written with them: a row max of 4M float32 takes 0.54 ms instead of 4.5 ms.
+# reduction written with them, many times faster than the compare-and-select loop.
 @intrinsic
 def sum_add(typingctx, a, b):
     """``a + b`` for a running sum: one IEEE ``fadd`` carrying only the ``reassoc`` flag.
