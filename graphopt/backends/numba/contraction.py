@@ -115,19 +115,19 @@ def contraction(c: Contraction, opt_level: int, form: str = "auto",
     cands = contraction_candidates(c, rates)
     impl, why, est = cands[0]
     details = {"contraction": impl, "reason": why,
-               "predicted_us": {c: round(e * 1e6, 2) for c, _, e in cands}}
-    pinned = [c for c in cands if c[0] == form]
+               "predicted_us": {name: round(e * 1e6, 2) for name, _, e in cands}}
+    pinned = [cand for cand in cands if cand[0] == form]
     if pinned:
         impl = pinned[0][0]
         details.update(contraction=impl, reason=f"kernel_forms: {pinned[0][1]}")
     elif opt_level >= 3 and len(cands) > 1:
         args = [sample_array(s, dtype) for s in shapes]
         out = np.empty(tuple(c.sizes[x] for x in c.output), dtype)
-        timings = {c: median_seconds(lambda f=_contraction_fn(c, eq, dtype, plan):
-                                     f(args, out)) for c, _, _ in cands}
+        timings = {name: median_seconds(lambda f=_contraction_fn(name, eq, dtype, plan):
+                                        f(args, out)) for name, _, _ in cands}
         impl = min(timings, key=timings.get)
         details.update(contraction=impl, reason="fastest measured (opt_level 3)",
-                       timings_ms={c: round(t * 1e3, 4) for c, t in timings.items()})
+                       timings_ms={name: round(t * 1e3, 4) for name, t in timings.items()})
     details["workspace_bytes"] = pair_workspace_bytes(
         eq, shapes, dtype, "gemm" if impl in GEMM_IMPLS else "einsum")
     return (_contraction_fn(impl, eq, dtype, plan), impl, details,
