@@ -4,7 +4,7 @@ The public API (docs/API.md); everything public is exported here."""
 
 import logging as _logging
 
-from .compiler.driver import compile
+from .compiler.driver import clear_caches, compile
 from .errors import DTypeError, EinsumError, GraphError, InputError, ShapeError
 from .frontend.autodiff import grad, value_and_grad, vjp
 from .frontend.eager import disable_jit
@@ -68,7 +68,8 @@ __version__ = "0.1.0"
 _logging.getLogger(__name__).addHandler(_logging.NullHandler())
 
 __all__ = [
-    "Graph", "Tensor", "Plan", "OptimizationReport", "compile", "jit", "contract", "save",
+    "Graph", "Tensor", "Plan", "OptimizationReport", "compile", "clear_caches", "jit",
+    "contract", "save",
     "load", "grad", "value_and_grad", "vjp",
     "thread_budget", "disable_jit", "show_progress", "GraphError", "ShapeError",
     "DTypeError", "EinsumError", "InputError",

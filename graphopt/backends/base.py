@@ -13,6 +13,8 @@ from types import MappingProxyType
 import networkx as nx
 import numpy as np
 
+from ..analysis.call_bytes import REFERENCE_IMPL, kernel_call_bytes
+from ..analysis.fused import member_ops
 from ..contraction.rates import HOST_RATES, Rates
 from ..errors import GraphError
 from ..runtime.kernel import Kernel
@@ -144,6 +146,15 @@ class Backend:
         d = G.nodes[n]
         held = d["attrs"].get("contraction") if d["op"] == "einsum" else None
         return held.workspace_bytes if held is not None else 0
+
+    def call_bytes(self, G: nx.MultiDiGraph, n: int) -> int:
+        """What node ``n``'s kernel's call will allocate beyond its workspace (its objects
+        and temporaries, ``analysis.call_bytes``), known before any kernel is built: an
+        einsum run along its path, nothing more; any other node, the reference
+        interpreter's NumPy calls."""
+        if G.nodes[n]["op"] == "einsum":
+            return 0
+        return kernel_call_bytes(REFERENCE_IMPL, member_ops(G, n))
 
     def copy_kernel(self, shape, dtype) -> Kernel:
         def copy(args, out):

@@ -9,10 +9,11 @@ plan the user dropped does not keep its working memory.
 
 What each plan keeps is counted as it changes, not asked of every plan at every compile
 (which costs a full cache's walk at every compile and every hit): a cached plan tells the
-cache
-when a call gives its arena back (``Plan.arena_listener``), and ``bound`` asks those plans
-again; a plan's arenas only grow in a call. Only where the count passes the bound does
-``bound`` ask every plan, newest first, releasing what does not fit.
+cache when a call leaves it keeping more than it last said, or its arenas were released
+(``Plan.arena_listener``), and the cache counts that plan again then, between compiles (a
+plan's arenas only grow in a call). Only where the count passes the bound does it ask
+every plan, newest first, releasing what does not fit: the bound holds after every call,
+not only at the next compile.
 """
 
 from __future__ import annotations
@@ -31,10 +32,11 @@ CACHE_ARENA_BYTES = int(_env_number("GRAPHOPT_PLAN_CACHE_BYTES", 64 << 20))
 # (graph outline, options) -> [[structural hash or None, plan, graph compiled or None,
 # the idle arena bytes last counted], ...]
 _CACHE: "OrderedDict[tuple, list[list]]" = OrderedDict()
-_lock = threading.Lock()
+_lock = threading.RLock()    # (a plan released under it reports back to it)
 _entry_of: dict = {}        # id(plan) -> its entry
-_returned: set = set()      # cached plans whose calls gave an arena back since ``bound``
+_returned: set = set()      # cached plans that reported a change, not yet counted
 _held = 0                   # the idle arena bytes last counted, over every entry
+_bounding = False           # ``bound_arenas`` runs (a release it makes reports back)
 
 
 def clear() -> None:
@@ -109,15 +111,23 @@ def keep(key: tuple, plan, G: nx.MultiDiGraph, digest) -> None:
         _CACHE.move_to_end(key)
         _entry_of[id(plan)] = entry
         if hasattr(plan, "arena_listener"):
-            plan.arena_listener = _returned.add
+            plan.arena_listener = _arena_returned
         _returned.add(plan)   # (its kernels may have run while it compiled, keeping arenas)
         bound()
+
+
+def _arena_returned(plan) -> None:
+    """What a cached plan keeps for its next calls changed (``Plan.arena_listener``): count
+    it now, and keep the bound."""
+    with _lock:
+        _returned.add(plan)
+        if not _bounding:
+            bound_arenas()
 
 
 def bound() -> None:
     """Keep ``CACHE_ENTRIES`` plans and ``CACHE_ARENA_BYTES`` of their idle arenas (the
     most recently compiled keep theirs; the lock held)."""
-    global _held
     count = sum(map(len, _CACHE.values()))
     while count > CACHE_ENTRIES:
         oldest = next(iter(_CACHE))
@@ -128,20 +138,31 @@ def bound() -> None:
         if not entries:
             del _CACHE[oldest]
         count -= 1
+    bound_arenas()
+
+
+def bound_arenas() -> None:
+    """Count the plans that reported since, and keep ``CACHE_ARENA_BYTES`` of idle arenas
+    (the lock held)."""
+    global _held, _bounding
     while _returned:
         entry = _entry_of.get(id(_returned.pop()))
         if entry is not None:
             _held += _recount(entry)
     if _held <= CACHE_ARENA_BYTES:
         return
-    budget, _held = CACHE_ARENA_BYTES, 0
-    for entry in reversed([e for entries in _CACHE.values() for e in entries]):
-        _recount(entry)
-        if entry[3] > budget:
-            _release(entry[1])
+    budget, _held, _bounding = CACHE_ARENA_BYTES, 0, True
+    try:
+        for entry in reversed([e for entries in _CACHE.values() for e in entries]):
             _recount(entry)
-        budget -= entry[3]
-        _held += entry[3]
+            if entry[3] > budget:
+                _release(entry[1])
+                _recount(entry)
+            budget -= entry[3]
+            _held += entry[3]
+    finally:
+        _bounding = False
+        _returned.clear()      # (the releases above reported plans just counted)
 
 
 def _recount(entry: list) -> int:

@@ -48,6 +48,31 @@ def clear_cache() -> None:
     compile_cache.clear()
 
 
+def _beside_arena(backend):
+    """What a node's step will allocate beside the arena, as the passes ask
+    (``PassContext.workspace_of``): its kernel's workspace and its call's objects."""
+    def beside(G, n) -> int:
+        return backend.workspace_bytes(G, n) + backend.call_bytes(G, n)
+    return beside
+
+
+def clear_caches() -> None:
+    """Give back the memory graphopt keeps between calls in this process: every cached
+    plan's arenas and the compile cache itself, the tensor pools' buffers, the contraction
+    paths kept in memory. The disk cache is left as it is (``graphopt cache --clear``).
+    Plans the caller still holds keep working: their next call takes a fresh arena."""
+    from ..contraction.search.cache import clear_memo
+    from ..runtime.pool import clear_pools
+
+    for plan in compile_cache.plans():
+        release = getattr(plan, "release_arenas", None)
+        if release is not None:
+            release()
+    compile_cache.clear()
+    clear_memo()
+    clear_pools()
+
+
 def cached_plans() -> list:
     """The plans in the compile cache, least recently compiled first."""
     return compile_cache.plans()
@@ -199,7 +224,7 @@ def compile(graph, backend: str = "auto", opt_level: int = 2, memory_limit=None,
     ctx = PassContext(opt_level=opt_level, memory_limit=memory_limit, optimize=optimize,
                       backend=backend_name, options=dict(options), debug=bool(debug),
                       whole_contraction=whole, slices_at_once=backend_obj.slices_at_once,
-                      rates=backend_obj.rates, workspace_of=backend_obj.workspace_bytes)
+                      rates=backend_obj.rates, workspace_of=_beside_arena(backend_obj))
     source = G   # (a builder lends its own graph: passes never change their input)
     unsupported = {name: f"backend {backend_name!r} {why}"
                    for name, why in backend_obj.unsupported_passes.items()}
@@ -214,7 +239,10 @@ def compile(graph, backend: str = "auto", opt_level: int = 2, memory_limit=None,
         progress.phase(f"building the {backend_name} plan (kernels)")
         plan = backend_obj.build_plan(optimized, source, ctx, report)
         ctx.counted_flops.clear()    # (the graphs it holds are the plan's or garbage now)
-    _check_predicted_peak(plan, memory_limit, recomputation(records))
+    _check_predicted_peak(plan, memory_limit, recomputation(records),
+                          missing=[n for n in _FITTING_PASSES
+                                   if not any(r.name == n and "skipped" not in r.details
+                                              for r in records)])
     if memory_limit is None:
         _check_fits_memory(plan, backend_obj)
     report.attach_plan(plan)
@@ -248,12 +276,19 @@ def _with_contractions(G, records: list, ctx):
     return result.graph, records + [rec]
 
 
-def _check_predicted_peak(plan, memory_limit, recomputed: dict | None = None) -> None:
-    """Under ``memory_limit``, refuse before running a plan whose predicted peak (arena plus
-    the largest step workspace, ``Plan.predicted_peak_bytes``) exceeds it, naming the value
-    or the step that cannot fit: first one held value or one step's workspace that exceeds
-    the limit on its own, else the arena and the step whose workspace tops it up, and what
-    recomputing values (``recomputed``, the rematerialize pass's details) achieved."""
+# the passes that fit a plan to memory_limit: a refusal of a pipeline without them says so
+_FITTING_PASSES = ("slicing", "schedule", "rematerialize")
+
+
+def _check_predicted_peak(plan, memory_limit, recomputed: dict | None = None,
+                          missing=()) -> None:
+    """Under ``memory_limit``, refuse before running a plan whose predicted peak (the arena,
+    the most a step allocates beside it and the call's objects, ``Plan.predicted_peak_bytes``)
+    exceeds it, naming the value or the step that cannot fit: first one held value or one
+    step's workspace that exceeds the limit on its own, else the arena and the step that
+    tops it up, what
+    recomputing values (``recomputed``, the rematerialize pass's details) achieved, and the
+    passes that fit a plan to a limit which did not run (``missing``)."""
     if memory_limit is None or not hasattr(plan, "predicted_peak_bytes"):
         return
     peak = plan.predicted_peak_bytes
@@ -266,8 +301,9 @@ def _check_predicted_peak(plan, memory_limit, recomputed: dict | None = None) ->
     else:
         s = plan.workspace_step
         head = (f"the plan's predicted peak is {peak} bytes: its arena of {plan.arena_bytes} "
-                f"bytes while step {s.index} {s.name} ({s.kernel.impl}, {s.dtype}"
-                f"{list(s.shape)}) needs {s.workspace_bytes} bytes of workspace")
+                f"bytes and the call's {plan.objects_bytes} bytes of objects while step "
+                f"{s.index} {s.name} ({s.kernel.impl}, {s.dtype}{list(s.shape)}) needs "
+                f"{s.call_bytes} bytes beside them (workspace and its call's objects)")
     tried = ""
     if recomputed:
         n, after = recomputed.get("recomputed_count", 0), recomputed["arena_after"]
@@ -276,12 +312,20 @@ def _check_predicted_peak(plan, memory_limit, recomputed: dict | None = None) ->
         tried = (" No value can be recomputed to lower the arena." if after >= recomputed[
             "arena_before"] else f"{done}, within {recomputed['budget_bytes']} bytes kept for "
             "it, but the step's workspace does not fit beside it." if recomputed["met"] else
-            f"{done}; the search found nothing more to recompute that lowers it.")
+            f"{done}; the search found nothing more to recompute that lowers it" + (
+                f", and no order holds less than {recomputed['floor_bytes']} bytes (what one "
+                "step reads and writes at once)." if recomputed.get("floor_bytes") else "."))
+    if missing:
+        fix = (f" This pipeline did not run {', '.join(missing)}: compile with opt_level=2 "
+               "(the default), which orders and slices the intermediates inside a contraction, "
+               "schedules the steps and recomputes values rather than hold them to fit the "
+               "limit; or raise memory_limit")
+    else:
+        fix = (" graphopt orders and slices the intermediates inside a contraction and "
+               "recomputes values rather than hold them to fit the limit; a value that other "
+               "ops read whole cannot be sliced. Raise memory_limit, or split the computation")
     raise GraphError(
-        f"memory_limit={memory_limit} bytes cannot be met: {head}.{tried} graphopt orders "
-        "and slices the intermediates inside a contraction and recomputes values rather than "
-        "hold them to fit the limit; a value that other ops read whole cannot be sliced. "
-        "Raise memory_limit, or split the computation",
+        f"memory_limit={memory_limit} bytes cannot be met: {head}.{tried}{fix}",
         op=s.op_kinds[0] if s.op_kinds else None, src=s.srcs[0] if s.srcs else None,
         node=s.node)
 

@@ -269,9 +269,9 @@ def _reduction(op):
         _refuse(f"numpy.{op.__name__}", out=(out, None), initial=(initial, None),
                 where=(where, True))
         t = _tensor(a, op.__name__)
-        return op(t if dtype is None else T.astype(t, dtype), axis, keepdims)
+        return op(t, axis, keepdims, dtype=dtype)
     f.__name__ = op.__name__
-    f.__doc__ = f"NumPy's ``{op.__name__}`` (``dtype=``: cast first)."
+    f.__doc__ = f"NumPy's ``{op.__name__}`` (``dtype=``: the accumulator and result type)."
     return f
 
 
@@ -368,12 +368,16 @@ def array_ufunc(self, ufunc, method, *inputs, **kwargs):
     """NumPy's ufunc protocol: ``np.exp(x)``, ``ndarray + x``, ``np.add.reduce(x)``."""
     call = _name(ufunc)
     if method == "reduce" and ufunc in _UFUNC_REDUCTIONS:
+        dtype = kwargs.pop("dtype", None) if ufunc is np.add else None
         _refuse(f"{call}.reduce", out=(kwargs.pop("out", None), None),
                 dtype=(kwargs.pop("dtype", None), None),
                 initial=(kwargs.pop("initial", None), None),
                 where=(kwargs.pop("where", True), True))
         (x,) = inputs
-        return _UFUNC_REDUCTIONS[ufunc](x, kwargs.pop("axis", 0), kwargs.pop("keepdims", False))
+        axis, keepdims = kwargs.pop("axis", 0), kwargs.pop("keepdims", False)
+        if dtype is not None:
+            return T.sum(x, axis, keepdims, dtype=dtype)
+        return _UFUNC_REDUCTIONS[ufunc](x, axis, keepdims)
     if method != "__call__":
         raise _unsupported(f"{call}.{method}", "on a Tensor")
     if ufunc not in UFUNCS:

@@ -129,10 +129,12 @@ class Tensor:
     def __ge__(self, o): return greater_equal(self, o)
 
     # methods
-    def sum(self, axis=None, keepdims=False): return sum(self, axis, keepdims)
+    def sum(self, axis=None, keepdims=False, *, dtype=None):
+        return sum(self, axis, keepdims, dtype=dtype)
     def max(self, axis=None, keepdims=False): return max(self, axis, keepdims)
     def min(self, axis=None, keepdims=False): return min(self, axis, keepdims)
-    def mean(self, axis=None, keepdims=False): return mean(self, axis, keepdims)
+    def mean(self, axis=None, keepdims=False, *, dtype=None):
+        return mean(self, axis, keepdims, dtype=dtype)
     def reshape(self, *shape): return reshape(self, shape[0] if len(shape) == 1 else shape)
     def astype(self, dtype): return astype(self, dtype)
     def conj(self): return conj(self)
@@ -219,7 +221,11 @@ neg = _unary("neg", "Elementwise negation.")
 tanh = _unary("tanh", "Elementwise hyperbolic tangent.")
 sigmoid = _unary("sigmoid", "Elementwise logistic function 1/(1+exp(-x)).")
 relu = _unary("relu", "Elementwise max(x, 0).")
-gelu = _unary("gelu", "GELU, tanh approximation: 0.5x(1+tanh(sqrt(2/pi)(x+0.044715x^3))).")
+gelu = _unary("gelu", "GELU, tanh approximation: 0.5x(1+tanh(sqrt(2/pi)(x+0.044715x^3))), "
+              "with sqrt(2/pi) and 0.044715 the real numbers, not their float64 roundings "
+              "(every backend is within 3.5 ulp of that function, to the far negative "
+              "tail; a program that rounds the constants first, as JAX's and PyTorch's do, "
+              "differs from it by up to 2**-53 |w| relative, w = 2u, there).")
 sin = _unary("sin", "Elementwise sine.")
 cos = _unary("cos", "Elementwise cosine.")
 square = _unary("square", "Elementwise x*x.")
@@ -295,8 +301,30 @@ def _reduce(name, x, axis, keepdims):
     return t.graph._add(name, [t], {"axes": axes, "keepdims": bool(keepdims)}, src=src)
 
 
-def sum(x, axis=None, keepdims=False) -> Tensor:
-    """Sum over ``axis`` (None: all)."""
+def _in_dtype(name, x, axis, keepdims, dtype):
+    """NumPy's ``sum``/``mean`` with ``dtype=``: the values are cast to ``dtype`` and summed
+    in it, and the result is ``dtype``. The graph sums an integer or bool cast in the widest
+    type and casts back, which is exact: wrapping addition is arithmetic modulo 2**bits, the
+    same in any wider two's-complement type, and a bool sum cast back is ``any``, as NumPy's
+    bool add. A mean's sum does the same, then divides and casts as NumPy does (``unsafe``:
+    toward zero for an integer ``dtype``)."""
+    src = user_src()
+    try:
+        d = ops.canonical_dtype(dtype)
+    except GraphError as e:
+        raise e.located(op=name, src=src) from None
+    t = astype(x, d)
+    if name == "sum" or np.dtype(d).kind not in "biu":
+        return astype(_reduce(name, t, axis, keepdims), d)
+    s = astype(_reduce("sum", t, axis, keepdims), d)
+    count = s.size and t.size // s.size
+    return astype(s / count if count else s * np.nan, d)
+
+
+def sum(x, axis=None, keepdims=False, *, dtype=None) -> Tensor:
+    """Sum over ``axis`` (None: all); ``dtype``: NumPy's accumulator and result type."""
+    if dtype is not None:
+        return _in_dtype("sum", x, axis, keepdims, dtype)
     return _reduce("sum", x, axis, keepdims)
 
 
@@ -310,8 +338,10 @@ def min(x, axis=None, keepdims=False) -> Tensor:
     return _reduce("min", x, axis, keepdims)
 
 
-def mean(x, axis=None, keepdims=False) -> Tensor:
-    """Mean over ``axis`` (None: all)."""
+def mean(x, axis=None, keepdims=False, *, dtype=None) -> Tensor:
+    """Mean over ``axis`` (None: all); ``dtype``: NumPy's accumulator and result type."""
+    if dtype is not None:
+        return _in_dtype("mean", x, axis, keepdims, dtype)
     return _reduce("mean", x, axis, keepdims)
 
 

@@ -93,7 +93,9 @@ class OptimizationReport:
                        "lower_bound_bytes": m.lower_bound_bytes, "arena_bytes": plan.arena_bytes}
         if hasattr(plan, "predicted_peak_bytes"):
             self.memory["predicted_peak_bytes"] = plan.predicted_peak_bytes
-            self.memory["workspace_bytes"] = plan.predicted_peak_bytes - plan.arena_bytes
+            self.memory["objects_bytes"] = plan.objects_bytes
+            self.memory["workspace_bytes"] = (plan.predicted_peak_bytes - plan.arena_bytes
+                                              - plan.objects_bytes)
         self.kernels = [{"step": s.index, "name": s.name, "impl": s.kernel.impl,
                          "ops": list(s.op_kinds), "shape": list(s.shape), "dtype": s.dtype,
                          "flops": s.flops, "bytes": s.bytes,
@@ -173,7 +175,9 @@ class OptimizationReport:
             if "predicted_peak_bytes" in m:
                 lines.append(f"  predicted peak per call: {_mb(m['predicted_peak_bytes'])} "
                              f"(arena {_mb(m['arena_bytes'])} + largest step workspace "
-                             f"{_mb(m['workspace_bytes'])}; inputs and outputs not counted)")
+                             f"{_mb(m['workspace_bytes'])} + the call's objects "
+                             f"{_mb(m.get('objects_bytes', 0))}; inputs and outputs not "
+                             "counted)")
             measured = self.measured_memory()
             if measured and measured.get("measured_peak_bytes") is not None:
                 got, want = measured["measured_peak_bytes"], m.get("predicted_peak_bytes")

@@ -148,6 +148,10 @@ def _rematerialize(rep, d) -> list[str]:
            f"them, {d['extra_flops']:.4g} more FLOPs, brings it to "
            f"{human_bytes(d['arena_after'])}"
            + ("" if d["met"] else "; still over the budget, so compile refuses the plan")]
+    if d.get("solver"):
+        out.append(f"found by the {d['solver']} solver; no order holds less than "
+                   f"{human_bytes(d['floor_bytes'])} (what one step reads and writes at once)"
+                   + (f": the arena is {d['floor_gap']}x that" if d.get("floor_gap") else ""))
     if d["moved"]:
         out.append(f"computed later, where first needed (no recomputation): node(s) "
                    f"{', '.join(map(str, d['moved'][:LIST_LIMIT]))}"

@@ -139,6 +139,45 @@ def _needs_slicing(m: Merged, rec: dict, best: Steps, itemsize: int, memory_limi
     return Steps(best.path, whole, best.flops, best.largest, False, best.write)
 
 
+def _fits(s: Steps | None, limit: int | None) -> bool:
+    """Whether ``s`` is pairwise with every intermediate within ``limit`` elements."""
+    return s is not None and s.pairwise and (limit is None or s.largest <= limit)
+
+
+def _searched(m: Merged, d: dict, limit: int | None, fn, name: str, free: Steps | None):
+    """``(found, greedy, name)``: the best path ``fn`` (then, where it does not fit the
+    limit, each fallback) and greedy find, by ``Steps.combo``; greedy's own path (None for
+    two operands or the anytime search, which starts from it); the searchers' names."""
+    def attempt(f):
+        # opt_einsum's limit covers the final result too, which exists in any order: the
+        # branch searches exempt a last pair that exceeds it, dynamic programming does not.
+        # Greedy under a limit is opt_einsum's branch search, cubic in the operand count:
+        # on large groups run plain greedy and check the limit afterwards. The anytime
+        # search takes no limit: its path is checked afterwards.
+        lim = limit
+        if limit is None or f is ANYTIME:
+            return free
+        if f is oe_paths.dynamic_programming or isinstance(f, oe_paths.DynamicProgramming):
+            lim = max(limit, math.prod(d["shape"]))
+        elif f is oe_paths.greedy and len(m.terms) > LIMIT_GREEDY_MAX:
+            return free
+        return search(f, m.terms, m.output, m.sizes, lim)
+
+    found = attempt(fn)
+    if limit is not None and not _fits(found, limit):
+        for alt in fallbacks(len(m.terms)):
+            s = attempt(oe_paths.get_path_fn(alt))
+            if _fits(s, limit) and (not _fits(found, limit) or s.combo < found.combo):
+                found, name = s, f"{name}, then {alt}"
+    # opt_einsum's searchers rank by their own count; greedy's path can cost less by ours
+    # (the anytime search starts from it already)
+    greedy = search(oe_paths.greedy, m.terms, m.output, m.sizes, None) \
+        if len(m.terms) > 2 and fn is not ANYTIME else None
+    if _fits(greedy, limit) and (not _fits(found, limit) or greedy.combo < found.combo):
+        found, name = greedy, f"{name}, then greedy"
+    return found, greedy, name
+
+
 def _plan_group(G, group: list[int], ctx) -> tuple[Merged, dict, Steps | None, Steps | None]:
     """Decide what to do with one group: ``(merged, record, steps, whole)``; ``steps`` is
     None where the user's nodes stay; ``whole``, under ``memory_limit``, the path it takes
@@ -163,35 +202,21 @@ def _plan_group(G, group: list[int], ctx) -> tuple[Merged, dict, Steps | None, S
         name = search_rec["searcher"]
 
     def fits(s):
-        return s is not None and s.pairwise and (limit is None or s.largest <= limit)
+        return _fits(s, limit)
 
-    def attempt(f):
-        # opt_einsum's limit covers the final result too, which exists in any order: the
-        # branch searches exempt a last pair that exceeds it, dynamic programming does not.
-        # Greedy under a limit is opt_einsum's branch search, cubic in the operand count:
-        # on large groups run plain greedy and check the limit afterwards. The anytime
-        # search takes no limit: its path is checked afterwards.
-        lim = limit
-        if limit is None or f is ANYTIME:
-            return free
-        if f is oe_paths.dynamic_programming or isinstance(f, oe_paths.DynamicProgramming):
-            lim = max(limit, math.prod(d["shape"]))
-        elif f is oe_paths.greedy and len(m.terms) > LIMIT_GREEDY_MAX:
-            return free
-        return search(f, m.terms, m.output, m.sizes, lim)
-
-    found = attempt(fn)
-    if limit is not None and not fits(found):
-        for alt in fallbacks(len(m.terms)):
-            s = attempt(oe_paths.get_path_fn(alt))
-            if fits(s) and (not fits(found) or s.combo < found.combo):
-                found, name = s, f"{name}, then {alt}"
+    found, greedy, name = _searched(m, d, limit, fn, name, free)
     user_fits = limit is None or user_largest <= limit
+
+    def allowed(flops):
+        # where the user's order fits, no other may cost more FLOPs (the combo may still
+        # prefer fewer elements written among those that cost no more)
+        return not user_fits or flops <= user_flops
+
     # (combo cost, preference on ties, steps): the user's pairwise nodes win ties.
     cands = [(user_combo, 0 if user_pairwise else 3, None)] if user_fits else []
-    if fits(found):
+    if fits(found) and allowed(found.flops):
         cands.append((found.combo, 1, found))
-    if ltr is not None and (limit is None or ltr[1] <= limit):
+    if ltr is not None and (limit is None or ltr[1] <= limit) and allowed(ltr[0]):
         cands.append((combo_cost(ltr[0], ltr[2]), 2, "written"))
     rec = {"root": root, "ops": [G.nodes[n]["op"] for n in group], "operands": len(m.terms),
            "equation": m.equation, "optimizer": name, "flops_before": user_flops,
@@ -199,9 +224,9 @@ def _plan_group(G, group: list[int], ctx) -> tuple[Merged, dict, Steps | None, S
     if search_rec is not None:
         rec["search"] = search_rec
     if len(m.terms) > 2:   # the anytime search started from greedy: it has the figure
-        rec["flops_greedy"] = ((search_rec or {}).get("greedy_flops") or
-                               search(oe_paths.greedy, m.terms, m.output, m.sizes,
-                                      None).flops)
+        rec["flops_greedy"] = greedy.flops if greedy is not None else (
+            (search_rec or {}).get("greedy_flops") or
+            search(oe_paths.greedy, m.terms, m.output, m.sizes, None).flops)
     if not cands:  # nothing pairwise fits the limit: one multi-operand node, sliced later
         whole = _one_node_path(m, free, ltr)
         return m, rec, _needs_slicing(m, rec, whole, itemsize, ctx.memory_limit, limit), whole
@@ -261,12 +286,18 @@ def _pairwise_over_limit(G, H, group, m: Merged, rec: dict, steps: Steps, made, 
 
 
 def _plan_as_written(H, ctx) -> list[int]:
-    """Give every einsum node of ``H`` without a contraction its own, along the path its
-    contraction already has or ``paths.default_path``; the nodes given one."""
+    """Give every einsum node of ``H`` without a contraction its own, along
+    ``paths.default_path``; at ``opt_level`` 2 and above (an einsum outside every group),
+    along its written order instead where that costs fewer FLOPs: the FLOPs never exceed
+    the user's own order. The nodes given one."""
     planned = []
     for n, d in H.nodes(data=True):
         if d["op"] == "einsum" and "contraction" not in d["attrs"]:
-            d["attrs"] = dict(d["attrs"], contraction=Contraction.of_node(H, n, ctx.rates))
+            held = Contraction.of_node(H, n, ctx.rates)
+            if ctx.opt_level >= 2 and H.in_degree(n) > 2:
+                written = Contraction.of_node(H, n, ctx.rates, left_to_right(H.in_degree(n)))
+                held = written if written.flops < held.flops else held
+            d["attrs"] = dict(d["attrs"], contraction=held)
             planned.append(n)
     return planned
 

@@ -104,11 +104,16 @@ def _grow(G, root, pos, outputs, assigned, rejected) -> set:
     return members
 
 
+# ops whose NumPy form is a function but no pass over the data (a view of the parts)
+_VIEWS = frozenset({"real", "imag"})
+
+
 def _multi_pass(op: str) -> bool:
     """An elementwise op whose NumPy form is several passes over the data, not one ufunc
-    (gelu, sigmoid, relu): worth a generated kernel even alone."""
+    (gelu, sigmoid, relu): worth a generated kernel even alone (``real``/``imag`` are
+    functions too, but views: a kernel alone would only copy)."""
     f = ops.UNARY_FUNCS.get(op)
-    return f is not None and not isinstance(f, np.ufunc)
+    return f is not None and not isinstance(f, np.ufunc) and op not in _VIEWS
 
 
 def _absorbed_consts(G, members) -> list[int]:

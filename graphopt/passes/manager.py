@@ -70,9 +70,10 @@ class PassContext:
     # The backend's rate table (``Backend.rates``): each contraction step's form, the path
     # search's default budget, a sliced path's predicted seconds
     rates: Rates = HOST_RATES
-    # What each node's kernel will allocate beside the arena while it runs, as the backend
-    # predicts it (``Backend.workspace_bytes``): the ``rematerialize`` pass keeps the largest
-    # free of the arena it plans
+    # What each node's step will allocate beside the arena while it runs, as the backend
+    # predicts it (``Backend.workspace_bytes`` and ``Backend.call_bytes``: its kernel's
+    # workspace and its call's objects): the ``rematerialize`` pass keeps the largest free
+    # of the arena it plans
     workspace_of: Callable | None = field(default=None, repr=False)
     # ``cost.graph_flops`` of this compile's graphs, by identity (each graph held with its
     # count, so no id is reused): the contraction pass and the report count the same ones

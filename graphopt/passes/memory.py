@@ -31,7 +31,7 @@ from ..ir import ops
 from .manager import PassResult, register_pass
 
 
-def _writes_elementwise(G, n: int, k: int) -> bool:
+def writes_elementwise(G, n: int, k: int) -> bool:
     """Does node ``n`` read operand ``k`` element for element as it writes its result, so
     the result may overwrite it? Elementwise ops, and ``elementwise`` fused groups where
     operand ``k`` flows only through elementwise members (no transpose or broadcast)."""
@@ -59,7 +59,7 @@ def _same_elements(operand_shape, shape) -> bool:
 
 def find_inplace(G, order: list[int], intervals: dict, sizes: dict) -> dict[int, int]:
     """``{node: operand}`` pairs where the node's result may take the operand's buffer:
-    the node is elementwise (see ``_writes_elementwise``), the operand is an arena value
+    the node is elementwise (see ``writes_elementwise``), the operand is an arena value
     whose last use is this node, with the same byte size and element count."""
     pos = {n: i for i, n in enumerate(order)}
     taken: set[int] = set()
@@ -73,7 +73,7 @@ def find_inplace(G, order: list[int], intervals: dict, sizes: dict) -> dict[int,
             if u not in intervals or u in taken or intervals[u][1] != pos[n] or \
                     sizes[u] != sizes[n] or not _same_elements(G.nodes[u]["shape"], shape):
                 continue
-            if all(_writes_elementwise(G, n, k) for k, a in enumerate(args) if a == u):
+            if all(writes_elementwise(G, n, k) for k, a in enumerate(args) if a == u):
                 inplace[n] = u
                 taken.add(u)
                 break

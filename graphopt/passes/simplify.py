@@ -24,6 +24,10 @@ Rules (``details["rules"]`` counts each one applied; ``details["rewrites"]`` lis
   ``maximum(x, x)``, ``minimum(x, x)``, ``neg(neg(x))``, ``conj(conj(x))``.
 - ``sub_self``: ``x - x`` -> 0, integers only. ``pow_square``: ``x**2`` -> ``square(x)``.
 
+A rewrite that would drop an operand's computation (``where`` on a constant condition,
+``sub_self``) is not made where that computation may raise (an integer to a possibly
+negative integer power, ``_may_raise``): NumPy evaluates every operand, and so raises.
+
 Exactness: every rewrite keeps the node's shape and dtype (re-inferred and compared before
 the rewrite): ``x*1`` that broadcasts ``x`` to a larger shape or promotes its dtype stays.
 Floats keep IEEE semantics, signed zeros included: ``x + 0`` is exact only when the zero is
@@ -268,6 +272,23 @@ def _neutral(op: str, value: np.ndarray, dtype: str) -> bool:
 _IDENTITY_POSITIONS = {"mul": (1, 0), "add": (1, 0), "sub": (1,), "div": (1,), "pow": (1,)}
 
 
+def _may_raise(H, u: int) -> bool:
+    """Whether computing ``u`` may raise on some inputs: NumPy refuses an integer to a
+    negative integer power, the one error an op's values can cause. A rewrite that would
+    drop ``u``'s computation keeps it then: the graph raises where NumPy, evaluating every
+    operand, raises."""
+    for m in nx.ancestors(H, u) | {u}:
+        if H.nodes[m]["op"] != "pow":
+            continue
+        base, power = ir.operands(H, m)
+        if np.dtype(H.nodes[base]["dtype"]).kind in "iu" and \
+                np.dtype(H.nodes[power]["dtype"]).kind == "i":
+            c = _const_value(H, power)
+            if c is None or (c < 0).any():
+                return True
+    return False
+
+
 def _algebra(r: _Run, n: int) -> str | None:
     H = r.H
     d = H.nodes[n]
@@ -283,9 +304,9 @@ def _algebra(r: _Run, n: int) -> str | None:
         cond = _const_value(H, args[0])
         if args[1] == args[2]:
             target = args[1]
-        elif cond is not None and cond.astype(bool).all():
+        elif cond is not None and cond.astype(bool).all() and not _may_raise(H, args[2]):
             target = args[1]
-        elif cond is not None and not cond.astype(bool).any():
+        elif cond is not None and not cond.astype(bool).any() and not _may_raise(H, args[1]):
             target = args[2]
     elif op in _IDENTITY_POSITIONS:
         for k in _IDENTITY_POSITIONS[op]:
@@ -297,7 +318,7 @@ def _algebra(r: _Run, n: int) -> str | None:
         r.replace(n, target)
         return "identity"
     kind = np.dtype(d["dtype"]).kind
-    if op == "sub" and args[0] == args[1] and kind in "iu":
+    if op == "sub" and args[0] == args[1] and kind in "iu" and not _may_raise(H, args[0]):
         zero = np.zeros(d["shape"], d["dtype"])
         if zero.nbytes <= r.fold_limit:
             zero.setflags(write=False)

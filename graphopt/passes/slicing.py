@@ -6,7 +6,8 @@ contraction-only route. This pass computes what each such node allocates when it
 (``sliced_contraction.contraction_workspace_bytes``: its arena of live intermediates, the
 steps' operand copies, operand casts), against the node's share of the limit: the limit
 less the node's operands and result where they are values the plan holds (graph inputs
-and outputs are not counted, as ``memory_limit`` says). Where the workspace exceeds its
+and outputs are not counted, as ``memory_limit`` says) and the least a call's own objects
+take (``call_bytes.plan_objects_bytes`` of one step). Where the workspace exceeds its
 share it first runs the path's contractions in the order that holds the fewest at once
 (``path_searchers.reordered_for_peak``: the same FLOPs; enough on its own for some networks),
 then chooses labels to slice, within ``SLICE_HEADROOM`` of the share, and searches the
@@ -45,6 +46,7 @@ import networkx as nx
 import numpy as np
 
 from .. import ir
+from ..analysis.call_bytes import plan_objects_bytes
 from ..analysis.liveness import held_around
 from ..contraction.paths import label_sizes, play
 from ..contraction.rates import HOST_RATES, Rates
@@ -87,7 +89,10 @@ def _slice_node(G, n, limit: int, optimize, budget: int = 1, options=None,
         held = Contraction.of_node(G, n, rates)
     eq, dtype = held.equation, held.dtype
     shapes, dtypes, path = list(held.shapes), list(held.operand_dtypes), list(held.path)
-    share = limit - held_around(G, n)
+    # (the call's objects as a plan of one step holds them: fusion has yet to merge the
+    # other nodes into the steps the plan runs; the compile's check counts them all)
+    share = limit - held_around(G, n) - plan_objects_bytes(
+        1, len(G.graph["inputs"]), len(G.graph["outputs"]))
     whole = held.workspace_bytes
     if whole <= share:
         return None
@@ -106,8 +111,8 @@ def _slice_node(G, n, limit: int, optimize, budget: int = 1, options=None,
                         "largest_intermediate_bytes": largest * np.dtype(dtype).itemsize}
     try:
         if share <= 0:
-            raise GraphError(f"the values it reads and writes take {limit - share} bytes of "
-                             f"memory_limit={limit} on their own")
+            raise GraphError(f"the values it reads and writes and the call's own objects "
+                             f"take {limit - share} bytes of memory_limit={limit} on their own")
         share = int(share * SLICE_HEADROOM)
         try:
             found, refusal = fit_slices(eq, shapes, path, dtype, share, optimize, 1, dtypes), None

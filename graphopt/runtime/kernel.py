@@ -1,6 +1,6 @@
 """What a backend hands lowering: a ``Kernel`` (a compiled step body) and the ``Step`` that
 runs it over the plan's slots, and the error a failing step raises. A leaf of the core
-(it imports only ``errors``)."""
+(it imports only ``errors``, and the byte count of a call's objects when asked for it)."""
 
 from __future__ import annotations
 
@@ -76,6 +76,14 @@ class Step:
     def workspace_bytes(self) -> int:
         """What the kernel allocates beside its result during this step."""
         return self.kernel.workspace_bytes
+
+    @property
+    def call_bytes(self) -> int:
+        """What the step allocates beside the arena: its kernel's workspace and the objects
+        of its call (``analysis.call_bytes``)."""
+        from ..analysis.call_bytes import kernel_call_bytes
+
+        return self.kernel.workspace_bytes + kernel_call_bytes(self.kernel.impl, self.op_kinds)
 
 
 def step_error(step: "Step", e: Exception) -> GraphError:

@@ -14,12 +14,13 @@ from typing import Any
 
 import numpy as np
 
+from ..analysis.call_bytes import plan_objects_bytes
 from ..analysis.liveness import ArenaLayout
 from ..errors import VALUE_ERRORS
 from ..observe import display, progress
 from . import threads
 from .kernel import Kernel, Step, step_error
-from .signature import bind_inputs, restructure
+from .signature import bind_inputs, flatten_outputs, restructure
 
 # ----------------------------------------------------------------------------------- arena
 
@@ -103,14 +104,16 @@ class Plan(StepsIntrospection):
         self._signature = tuple((dtypes[nodes[i]["dtype"]], tuple(nodes[i]["shape"]))
                                 for i in ins)
         self._free: list[_Arena] = []
+        self._told_free = 0          # the arenas kept when ``arena_listener`` was last told
         # the kernels that keep memory between calls: the compile cache asks every plan it
         # holds at every compile (``idle_arena_bytes``), not each plan's every step
         self._held = tuple(s.kernel.held_bytes for s in steps if s.kernel.held_bytes is not None)
         self._lock = threading.Lock()
         self.max_cached_arenas = 4
-        # called with the plan when a call has given its arena back, or its arenas were
-        # released: what it keeps for its next call may have changed (the compile cache
-        # counts what its plans keep this way: ``compile_cache``)
+        # called with the plan when a call leaves it keeping more arenas than it last said
+        # (or its kernels keep memory of their own), or its arenas were released: what it
+        # keeps for its next call changed (the compile cache counts what its plans keep
+        # this way: ``compile_cache``)
         self.arena_listener = None
         self.arena_stats = {"created": 0, "reused": 0, "live": 0, "max_live": 0}
 
@@ -154,9 +157,16 @@ class Plan(StepsIntrospection):
             if len(self._free) < self.max_cached_arenas:
                 self._free.append(arena)
                 arena = None
+            # what the plan keeps changed only where it keeps more arenas than it last
+            # said, or its kernels keep memory of their own: a call that reused an arena
+            # tells nobody
+            grew = len(self._free) > self._told_free
+            if grew:
+                self._told_free = len(self._free)
         if arena is not None:
             self.pool.release(arena.buffer)
-        self._tell_listener()
+        if grew or self._held:
+            self._tell_listener()
 
     def _tell_listener(self) -> None:
         listener = self.arena_listener
@@ -178,16 +188,23 @@ class Plan(StepsIntrospection):
 
     @property
     def workspace_step(self):
-        """The step whose kernel holds the most workspace (``Kernel.workspace_bytes``), or
-        None for a plan without steps."""
-        return max(self.steps, key=lambda s: s.workspace_bytes, default=None)
+        """The step that allocates the most beside the arena (``Step.call_bytes``: its
+        kernel's workspace and its call's objects), or None for a plan without steps."""
+        return max(self.steps, key=lambda s: s.call_bytes, default=None)
+
+    @property
+    def objects_bytes(self) -> int:
+        """The objects one call holds throughout (``analysis.call_bytes``): views, slot
+        lists, bound inputs, the output structure."""
+        return plan_objects_bytes(len(self.steps), len(self._names), len(self._output_slots))
 
     @property
     def predicted_peak_bytes(self) -> int:
-        """The plan's peak working memory per call: the arena plus the largest step
-        workspace (inputs and outputs not counted). ``memory_limit`` bounds it."""
+        """The plan's peak working memory per call: the arena, the most one step allocates
+        beside it (workspace and its call's objects) and the call's own objects (inputs'
+        and outputs' arrays not counted). ``memory_limit`` bounds it."""
         s = self.workspace_step
-        return self.arena_bytes + (s.workspace_bytes if s is not None else 0)
+        return self.arena_bytes + (s.call_bytes if s is not None else 0) + self.objects_bytes
 
     @property
     def idle_arena_bytes(self) -> int:
@@ -198,7 +215,7 @@ class Plan(StepsIntrospection):
     def release_arenas(self) -> None:
         """Give every cached arena back to the pool, and the kernels' own (``Kernel.release``)."""
         with self._lock:
-            free, self._free = self._free, []
+            free, self._free, self._told_free = self._free, [], 0
         for a in free:
             self.pool.release(a.buffer)
         for s in self.steps:
@@ -222,9 +239,9 @@ class Plan(StepsIntrospection):
             results = self(*args, **kwargs)
             self.backend.synchronize()
         peak = peak_of()
-        leaves = results.values() if isinstance(results, dict) else \
-            results if isinstance(results, (tuple, list)) else [results]
-        self._measured_peak = peak - sum(getattr(r, "nbytes", 0) for r in leaves)
+        # every output array once, at any depth of the output structure
+        leaves = {id(r): r for r in flatten_outputs(results, lambda v: v)[0]}
+        self._measured_peak = peak - sum(getattr(r, "nbytes", 0) for r in leaves.values())
         return self._measured_peak
 
     # -- execution --------------------------------------------------------------------------

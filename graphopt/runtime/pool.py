@@ -5,20 +5,32 @@ caches it. On out-of-memory the pool drops its cache and retries once.
 
 Bounded: at most ``max_cached_bytes`` sit in the free lists (default 256 MiB,
 ``$GRAPHOPT_POOL_BYTES``), and a buffer that nobody took for ``idle_seconds`` (default 30 s,
-``$GRAPHOPT_POOL_IDLE_SECONDS``) is given back to the system at the next acquire or
-release: memory a finished workload used does not stay with the process.
+``$GRAPHOPT_POOL_IDLE_SECONDS``) is given back to the system by a timer, whether or not the
+pool is used again: memory a finished workload used does not stay with the process. The
+timer is a daemon thread that exists only while the pool caches a buffer; it holds the pool
+weakly. ``clear_pools`` (``go.clear_caches``) gives every pool's buffers back at once.
 """
 
 from __future__ import annotations
 
 import functools
+import math
 import os
 import threading
 import time
+import weakref
 from dataclasses import dataclass
 
 DEFAULT_MAX_CACHED_BYTES = 256 << 20
 DEFAULT_IDLE_SECONDS = 30.0
+
+_pools: "weakref.WeakSet[TensorPool]" = weakref.WeakSet()
+
+
+def clear_pools() -> None:
+    """Give back every pool's cached buffers now."""
+    for pool in list(_pools):
+        pool.clear()
 
 
 def env_number(name: str, default: float) -> float:
@@ -102,6 +114,10 @@ class TensorPool:
         self.stats = PoolStats()
         self._free: dict[int, list] = {}   # nbytes -> [(buffer, released at), ...]
         self._lock = threading.Lock()
+        # the idle timer, armed while a buffer is cached; cancelled when the pool goes
+        self._timer: list[threading.Timer | None] = [None]
+        weakref.finalize(self, _cancel, self._timer)
+        _pools.add(self)
 
     def acquire(self, nbytes: int):
         with self._lock:
@@ -130,8 +146,27 @@ class TensorPool:
             if self.stats.bytes_cached + nbytes <= self.max_cached_bytes:
                 self._free.setdefault(nbytes, []).append((buf, time.monotonic()))
                 self.stats.bytes_cached += nbytes
+                self._arm(self.idle_seconds)
             else:
                 self.stats.bytes_held -= nbytes
+
+    def _arm(self, seconds: float) -> None:
+        """Start the idle timer to fire in ``seconds`` unless it is armed (lock held)."""
+        if self._timer[0] is not None or not math.isfinite(self.idle_seconds):
+            return
+        timer = threading.Timer(max(seconds, 0.0) + 0.01, _on_timer, (weakref.ref(self),))
+        timer.daemon = True
+        timer.start()
+        self._timer[0] = timer
+
+    def _on_timer(self) -> None:
+        """Trim what has been idle long enough, and re-arm for the next buffer to expire."""
+        with self._lock:
+            self._timer[0] = None
+            self._trim_idle()
+            if self._free:
+                oldest = min(t for bucket in self._free.values() for _, t in bucket)
+                self._arm(oldest + self.idle_seconds - time.monotonic())
 
     def _trim_idle(self) -> None:
         """Drop cached buffers released more than ``idle_seconds`` ago (lock held)."""
@@ -163,4 +198,28 @@ class TensorPool:
                 self.stats.bytes_held -= nbytes * len(bucket)
             self._free.clear()
             self.stats.bytes_cached = 0
+            _cancel(self._timer)
             self.backend.release_cached()
+
+
+def _cancel(timer: list) -> None:
+    if timer[0] is not None:
+        timer[0].cancel()
+        timer[0] = None
+
+
+def _on_timer(ref) -> None:
+    pool = ref()
+    if pool is not None:
+        pool._on_timer()
+
+
+def _after_fork() -> None:
+    # a forked child has no timer threads: its pools re-arm at their next release
+    for pool in list(_pools):
+        pool._timer[0] = None
+        pool._lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork)

@@ -13,13 +13,21 @@ What is trusted there:
 - A module whose import fails on numba's cache files (garbage index or data) has those
   files dropped and is imported once more, so numba rebuilds them; one warning.
 - ``read_json``/``write_json`` keep small documents (kernel timings, contraction paths); a
-  document that does not validate is dropped and rebuilt, with one warning. ``prune`` bounds
-  how many of a kind are kept.
+  document that does not parse or validate (whatever parsing it raises) is dropped and
+  rebuilt, with one warning. ``prune`` bounds how many of a kind are kept.
+- A write the filesystem refuses (disk full, a quota or file-size limit, a read-only file
+  system, a name taken by a directory) never ends a compile: one warning per kind of
+  failure, and the entry is kept in this process's memory instead. After a refusal that
+  holds for the whole directory (full, over quota or a size limit, read-only) every later
+  entry is kept in memory, without trying the disk again. A kernel module kept in memory is
+  executed from its source with numba's file cache off (``NUMBA_FILE_CACHE``), since numba
+  caches only what a file backs.
 """
 
 from __future__ import annotations
 
 import atexit
+import errno
 import glob
 import hashlib
 import importlib.util
@@ -30,7 +38,9 @@ import stat
 import sys
 import tempfile
 import threading
+import types
 import warnings
+from collections import OrderedDict
 
 from ..errors import GraphError
 from ..frontend.serialize import write_atomic
@@ -38,6 +48,34 @@ from ..frontend.serialize import write_atomic
 _lock = threading.RLock()
 _private: str | None = None   # the per-process fallback directory, once made
 _warned: set = set()
+
+# Write failures that hold for every file of the directory, not just one name
+DIRECTORY_FULL = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS})
+# How numba's file cache is asked for in a kernel module's source (off for one in memory)
+NUMBA_FILE_CACHE = ("cache=True", "cache=False")
+MEMORY_DOCS = 4096            # documents kept in memory after refused writes, oldest dropped
+_memory_only = False          # a DIRECTORY_FULL refusal was met: no more writes are tried
+_memory_docs: OrderedDict = OrderedDict()
+
+
+def _write_refused(path: str, e: OSError) -> None:
+    """Note that writing ``path`` failed with ``e``: one warning per kind of failure, and
+    every later write goes to memory when the failure holds for the whole directory."""
+    global _memory_only
+    whole = e.errno in DIRECTORY_FULL
+    with _lock:
+        _memory_only = _memory_only or whole
+    scope = ("this process keeps its kernels, paths and timings in memory from now on"
+             if whole else "this process keeps that entry in memory")
+    warn_once(f"write:{e.errno}:{type(e).__name__}",
+              f"could not write the cache entry {path} ({type(e).__name__}: "
+              f"{e.strerror or e}); {scope}, and compiling goes on")
+
+
+def memory_only() -> bool:
+    """Whether writes go to memory only (the cache directory refused one: full, over quota,
+    over a size limit, read-only)."""
+    return _memory_only
 
 
 def warn_once(key: str, message: str) -> None:
@@ -126,27 +164,49 @@ def load_module(source: str):
                 _drop_numba_files(d, digest)
         except (OSError, UnicodeDecodeError):
             ok = False
-        if not ok:
-            write_atomic(path, source)
+        if _memory_only:
+            return _exec_in_memory(modname, source, digest)
         try:
-            return _exec_module(modname, path)
-        except Exception as e:
-            if not _drop_numba_files(d, digest):
+            if not ok:
+                write_atomic(path, source)
+            try:
+                return _exec_module(modname, path)
+            except OSError:
                 raise
-            warn_once(f"nb:{path}", f"numba's cache files for {path} could not be loaded "
-                      f"({type(e).__name__}: {e}); dropped them and compiled again")
-            return _exec_module(modname, path)
+            except Exception as e:
+                if not _drop_numba_files(d, digest):
+                    raise
+                warn_once(f"nb:{path}", f"numba's cache files for {path} could not be "
+                          f"loaded ({type(e).__name__}: {e}); dropped them and compiled again")
+                return _exec_module(modname, path)
+        except OSError as e:  # the source's write, or numba's of its compiled code
+            _write_refused(getattr(e, "filename", None) or path, e)
+            return _exec_in_memory(modname, source, digest)
 
 
 def _exec_module(modname: str, path: str):
     spec = importlib.util.spec_from_file_location(modname, path)
     mod = importlib.util.module_from_spec(spec)
+    return _run_module(mod, lambda: spec.loader.exec_module(mod))
+
+
+def _exec_in_memory(modname: str, source: str, digest: str):
+    """The kernel module from ``source`` itself, no file read or written: numba's file cache
+    off, so it compiles in this process only."""
+    name = f"<graphopt kernel k_{digest} in memory>"
+    mod = types.ModuleType(modname)
+    mod.__file__ = name
+    code = compile(source.replace(*NUMBA_FILE_CACHE), name, "exec")
+    return _run_module(mod, lambda: exec(code, mod.__dict__))
+
+
+def _run_module(mod, run):
     # numba's cache re-imports the module by name when it loads a compiled kernel
-    sys.modules[modname] = mod
+    sys.modules[mod.__name__] = mod
     try:
-        spec.loader.exec_module(mod)
+        run()
     except BaseException:
-        del sys.modules[modname]
+        del sys.modules[mod.__name__]
         raise
     return mod
 
@@ -165,15 +225,19 @@ def _drop_numba_files(d: str, digest: str) -> bool:
 def read_json(name: str, valid) -> object | None:
     """The document ``name`` in the cache directory if it exists and ``valid(doc)``; an
     invalid one is removed (one warning) and None returned."""
+    with _lock:
+        if name in _memory_docs:
+            _memory_docs.move_to_end(name)
+            return _memory_docs[name]
     path = os.path.join(cache_dir(), name)
     try:
         with open(path, encoding="utf-8") as f:
             doc = json.load(f)
     except FileNotFoundError:
         return None
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError, MemoryError):
         doc = _INVALID
-    if doc is not _INVALID and valid(doc):
+    if doc is not _INVALID and _holds(valid, doc):
         return doc
     warn_once(f"json:{path}", f"kernel cache entry {path} is corrupt or incomplete; "
               "dropping it and building it again")
@@ -184,13 +248,35 @@ def read_json(name: str, valid) -> object | None:
     return None
 
 
+def _holds(valid, doc) -> bool:
+    """``valid(doc)``, False where the check itself fails on what a corrupt file holds."""
+    try:
+        return bool(valid(doc))
+    except Exception:
+        return False
+
+
 def write_json(name: str, doc) -> None:
-    """Write ``doc`` as JSON to ``name`` in the cache directory, atomically."""
-    write_atomic(os.path.join(cache_dir(), name), json.dumps(doc))
+    """Write ``doc`` as JSON to ``name`` in the cache directory, atomically; where the
+    filesystem refuses, keep it in memory (see the module docstring)."""
+    if not _memory_only:
+        path = os.path.join(cache_dir(), name)
+        try:
+            write_atomic(path, json.dumps(doc))
+            return
+        except OSError as e:
+            _write_refused(path, e)
+    with _lock:
+        _memory_docs[name] = doc
+        _memory_docs.move_to_end(name)
+        while len(_memory_docs) > MEMORY_DOCS:
+            _memory_docs.popitem(last=False)
 
 
 def remove(name: str) -> None:
-    """Remove ``name`` from the cache directory, if it is there."""
+    """Remove ``name`` from the cache directory (and from memory), if it is there."""
+    with _lock:
+        _memory_docs.pop(name, None)
     try:
         os.unlink(os.path.join(cache_dir(), name))
     except OSError:

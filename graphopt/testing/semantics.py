@@ -78,16 +78,26 @@ def _pass_name(pass_) -> str:
     return getattr(pass_, "pass_name", getattr(pass_, "__name__", repr(pass_)))
 
 
+def refuses_limit(e: Exception, ctx) -> bool:
+    """Whether ``e`` is a pass refusing a ``memory_limit`` it cannot meet (a ``GraphError``
+    naming the limit, as the slicing pass raises): a documented answer, not a finding; it
+    propagates from ``check_pass_once``, and the property test rejects the example."""
+    limit = getattr(ctx, "memory_limit", None)
+    return isinstance(e, GraphError) and limit is not None and \
+        f"memory_limit={limit}" in str(e)
+
+
 def _run_and_check(pass_, G, ctx, raising: bool = False) -> tuple[object, str | None]:
     """``(the pass's result, None)`` where ``pass_`` returned a graph that verifies and keeps
     ``G``'s signature, leaving ``G`` unchanged; else ``(None, what went wrong)``. What the
-    pass raises is a finding too, unless ``raising``: then it propagates."""
+    pass raises is a finding too, unless ``raising`` or it refuses the context's
+    ``memory_limit`` (``refuses_limit``): then it propagates."""
     name = _pass_name(pass_)
     before = _snapshot(G)
     try:
         result = pass_(G, ctx if ctx is not None else PassContext())
     except Exception as e:  # any crash of the pass is a finding
-        if raising:
+        if raising or refuses_limit(e, ctx):
             raise
         return None, f"pass {name!r} raised {type(e).__name__}: {e}"
     H = _as_result_graph(result)
@@ -154,14 +164,15 @@ def assert_pass_preserves_semantics(pass_, max_examples: int = 50, graphs=None, 
 
     For each graph from ``graphs`` (default ``strategies.graphs(**graph_kwargs)``) and
     inputs from ``inputs_for``: the pass must not mutate its input, its output must verify
-    and keep the signature, and the interpreter must give the same results. Other settings
+    and keep the signature, and the interpreter must give the same results. An example the
+    pass refuses for ``ctx.memory_limit`` (``refuses_limit``) is rejected. Other settings
     (derandomize, database) come from the active hypothesis profile.
 
     Raises:
         AssertionError: with hypothesis' shrunk counterexample: the graph as a node
             listing, the inputs, and what differed.
     """
-    from hypothesis import HealthCheck, Phase, given, settings
+    from hypothesis import HealthCheck, Phase, assume, given, settings
     from hypothesis import strategies as st
 
     from ..frontend.graph import Graph
@@ -180,7 +191,11 @@ def assert_pass_preserves_semantics(pass_, max_examples: int = 50, graphs=None, 
     def prop(g, data):
         G = g.to_ir() if isinstance(g, Graph) else g
         inputs = data.draw(strategies.inputs_for(G), label="inputs")
-        problem = check_pass_once(pass_, G, inputs, ctx)
+        try:
+            problem = check_pass_once(pass_, G, inputs, ctx)
+        except GraphError as e:
+            assume(not refuses_limit(e, ctx))   # (the pass refused the limit: rejected)
+            raise
         if problem:
             shown = {k: np.array2string(v, precision=4, threshold=20) for k, v in inputs.items()}
             raise AssertionError(f"{problem}\n\ncounterexample (shrunk by hypothesis):\n"

@@ -58,9 +58,13 @@ def test_a_compile_asks_only_the_plans_called_since_the_last(asks):
         p(x=np.ones(p.graph.nodes[p.graph.graph["inputs"][0]]["shape"]))
     go.compile(_graph(10, 99), backend="numpy")
     asks.clear()
-    plans[3](x=np.ones(103))
-    go.compile(_graph(11, 98), backend="numpy")   # the new plan and the one called
-    assert len(asks) == 2 and set(map(id, asks)) == {id(plans[3]), id(compile_cache.plans()[-1])}
+    plans[3](x=np.ones(103))          # reused its arena: what it keeps did not change
+    go.compile(_graph(11, 98), backend="numpy")   # the new plan alone
+    assert [id(p) for p in asks] == [id(compile_cache.plans()[-1])]
+    plans[3].release_arenas()
+    asks.clear()
+    plans[3](x=np.ones(103))          # a new arena kept: counted at the call
+    assert [id(p) for p in asks] == [id(plans[3])]
     asks.clear()
     again = go.compile(_graph(11, 98), backend="numpy")   # a cache hit asks no plan
     assert again is compile_cache.plans()[-1] and asks == []
@@ -118,3 +122,33 @@ def test_the_count_holds_under_threads_compiling_calling_and_releasing(monkeypat
     go.compile(_graph(10, 99), backend="numpy")
     assert len(compile_cache.plans()) == 8
     assert compile_cache.counted_bytes() == _asked_of_every_plan() <= 3 << 20
+
+
+def test_the_bound_holds_after_calls_not_only_at_the_next_compile(monkeypatch):
+    compile_cache.clear()
+    plans = [go.compile(_graph(50_000, k), backend="numpy") for k in range(4)]
+    plans[0](x=np.ones(50_000))
+    one = plans[0].idle_arena_bytes
+    monkeypatch.setattr(compile_cache, "CACHE_ARENA_BYTES", 2 * one)
+    for p in plans:              # calls only: no compile, no lookup in between
+        p(x=np.ones(50_000))
+        assert _asked_of_every_plan() <= 2 * one
+    assert compile_cache.counted_bytes() == _asked_of_every_plan()
+    assert plans[0].idle_arena_bytes == 0 and plans[3].idle_arena_bytes > 0
+
+
+def test_clear_caches_gives_back_plans_arenas_pools_and_paths():
+    from graphopt.contraction.search import cache as path_cache
+    from graphopt.contraction.search.anytime import find_path
+
+    compile_cache.clear()
+    plan = go.compile(_graph(50_000, 1), backend="numpy")
+    plan(x=np.ones(50_000))
+    find_path(["ab", "bc", "cd", "da"], "", dict(a=2, b=3, c=4, d=5))
+    assert plan.idle_arena_bytes > 0 and path_cache._MEMO
+    go.clear_caches()
+    assert compile_cache.plans() == [] and compile_cache.counted_bytes() == 0
+    assert plan.idle_arena_bytes == 0 and plan.pool.stats.bytes_cached == 0
+    assert not path_cache._MEMO
+    np.testing.assert_allclose(plan(x=np.ones(50_000)), go.compile(
+        _graph(50_000, 1), backend="numpy", cache=False)(x=np.ones(50_000)))

@@ -228,3 +228,34 @@ def test_a_numpy_function_traces_unchanged(rng):
     x, w = rng.random((2, 5, 6)), rng.random((6, 8))
     np.testing.assert_allclose(go.jit(layer_norm_attention)(x, w), layer_norm_attention(x, w),
                                rtol=1e-12)
+
+
+# NumPy sums in ``dtype=`` and returns it: int32 wraps at 2**31, uint8 at 256, a bool sum is
+# ``any``; an integer mean divides the wrapped sum and truncates
+_DTYPE_SUMS = [
+    (np.array([2**31 - 1, 1], np.int32), np.int32),
+    (np.array([255, 1], np.uint8), np.uint8),
+    (np.array([True, True]), np.bool_),
+    (np.array([[2**31 - 1, 1], [3, 4]], np.int32), np.int16),
+    (np.array([[7, 1], [3, 4]], np.int64), np.int32),
+    (np.array([1.5, 2.25]), np.float32),
+]
+_DTYPE_CALLS = {
+    "np.sum": np.sum, "np.mean": np.mean,
+    "method": lambda t, dtype: t.sum(axis=0, dtype=dtype),
+    "add.reduce": lambda t, dtype: np.add.reduce(t, dtype=dtype),
+}
+
+
+def _in_dtype(fn, dtype):
+    return lambda t: fn(t, dtype=dtype)
+
+
+@pytest.mark.parametrize("backend", ["numpy", "numba", "dask"])
+@pytest.mark.parametrize("call", list(_DTYPE_CALLS))
+def test_sum_in_a_dtype_accumulates_in_it(call, backend):
+    fn = _DTYPE_CALLS[call]
+    for x, dtype in _DTYPE_SUMS:
+        got = go.jit(_in_dtype(fn, dtype), backend=backend)(x)
+        want = np.asarray(fn(x, dtype=dtype))
+        assert got.dtype == want.dtype and np.array_equal(got, want), (x, dtype, got, want)

@@ -302,6 +302,26 @@ def test_int_sub_self_is_zero(dtype):
     assert det["rules"] == {"sub_self": 1}
 
 
+@pytest.mark.parametrize("build", [
+    lambda x, g: (lambda y: y - y)(x ** x),                         # sub_self
+    lambda x, g: go.where(g.const(np.ones(8, bool)), x, x ** x),    # an unselected branch
+    lambda x, g: go.where(g.const(np.zeros(8, bool)), x ** x, x),
+])
+def test_a_rewrite_keeps_an_integer_power_that_may_raise(build):
+    # NumPy evaluates every operand: int8 ** int8 raises on a negative exponent, and a
+    # plan of the graph raises too, rather than simplifying the power away
+    G, H, det = run(unary_graph("int8", build))
+    assert "pow" in op_names(H) and "sub_self" not in det["rules"]
+    plan = go.compile(unary_graph("int8", build), backend="numpy", cache=False)
+    with pytest.raises(go.GraphError, match="negative integer powers"):
+        plan(x=np.array([1, -2, 3, 4, 5, 6, 7, 8], np.int8))
+
+
+def test_a_power_that_cannot_raise_is_simplified_away():
+    G, H, det = run(unary_graph("int8", lambda x, g: (lambda y: y - y)(x ** 3)))
+    assert det["rules"].get("sub_self") == 1 and "pow" not in op_names(H)
+
+
 def test_big_int_sub_self_is_a_broadcast_scalar():
     G, H, det = run(unary_graph("int64", lambda x, g: x - x, (64, 64)), fold_limit_bytes=1024)
     out = out_node(H)

@@ -1,6 +1,10 @@
 """TensorPool: bounded in bytes, idle buffers given back (ISSUE 12: defect 18)."""
 
+import gc
 import os
+import threading
+import time
+import weakref
 
 import numpy as np
 
@@ -27,9 +31,10 @@ def test_cached_bytes_never_exceed_the_bound():
 
 
 def test_idle_buffers_are_given_back():
-    pool = TensorPool(HostBackend(), max_cached_bytes=1 << 20, idle_seconds=0.0)
+    pool = TensorPool(HostBackend(), max_cached_bytes=1 << 20, idle_seconds=60)
     pool.release(pool.acquire(4096))
     assert pool.stats.bytes_cached == 4096
+    pool.idle_seconds = 0.0
     pool.trim()
     assert pool.stats.bytes_cached == 0 and pool.stats.bytes_held == 0
     assert pool.stats.trimmed_bytes == 4096
@@ -58,3 +63,56 @@ def test_host_memory_is_the_machine_or_its_control_group(tmp_path):
         limit.write_text(text)
         assert pool._cgroup_limit(str(limit)) == want, text
     assert pool._cgroup_limit(str(tmp_path / "absent")) is None
+
+
+def _wait_until(cond, seconds=5.0):
+    end = time.monotonic() + seconds
+    while not cond() and time.monotonic() < end:
+        time.sleep(0.02)
+    return cond()
+
+
+def test_idle_buffers_are_given_back_on_a_timer_without_another_call():
+    pool = TensorPool(HostBackend(), max_cached_bytes=1 << 30, idle_seconds=0.2)
+    bufs = [pool.acquire(1 << 20) for _ in range(3)]
+    for b in bufs:
+        pool.release(b)
+    assert pool.stats.bytes_cached == 3 << 20
+    assert _wait_until(lambda: pool.stats.bytes_cached == 0)   # no acquire, no release
+    assert pool.stats.bytes_held == 0 and pool.stats.trimmed_bytes == 3 << 20
+    assert _wait_until(lambda: pool._timer[0] is None)          # nothing cached: no timer
+
+
+def test_a_buffer_released_later_waits_its_own_idle_time():
+    pool = TensorPool(HostBackend(), max_cached_bytes=1 << 30, idle_seconds=0.6)
+    a, b = pool.acquire(1000), pool.acquire(2000)
+    pool.release(a)
+    time.sleep(0.4)
+    pool.release(b)
+    assert _wait_until(lambda: pool.stats.bytes_cached == 2000)
+    assert pool.stats.trimmed_bytes == 1000
+    assert _wait_until(lambda: pool.stats.bytes_cached == 0)
+
+
+def test_a_dropped_pool_leaves_no_timer_behind():
+    pool = TensorPool(HostBackend(), max_cached_bytes=1 << 20, idle_seconds=600)
+    pool.release(pool.acquire(4096))
+    timer = pool._timer[0]
+    assert timer is not None and timer.is_alive()
+    gone = weakref.ref(pool)
+    del pool
+    gc.collect()
+    assert gone() is None
+    assert _wait_until(lambda: not timer.is_alive())
+    assert timer not in threading.enumerate()
+
+
+def test_clear_pools_gives_every_buffer_back():
+    from graphopt.runtime.pool import clear_pools
+
+    pools = [TensorPool(HostBackend(), max_cached_bytes=1 << 20, idle_seconds=600)
+             for _ in range(2)]
+    for p in pools:
+        p.release(p.acquire(4096))
+    clear_pools()
+    assert all(p.stats.bytes_cached == 0 and p._timer[0] is None for p in pools)

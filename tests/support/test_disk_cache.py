@@ -108,3 +108,83 @@ def test_timings_document_and_kernels_survive_in_process(cache):
     out = go.compile(g, backend="numba", cache=False)(x=a)
     np.testing.assert_allclose(out, np.tanh(a) * np.exp(a), rtol=1e-12)
     assert any(p.startswith("timings_") for p in os.listdir(cache))
+
+
+# -- writes the filesystem refuses: one warning, the entry kept in memory, compiling goes on
+
+@pytest.fixture
+def refused(cache, monkeypatch):
+    """The cache with its in-memory state reset (a refusal changes it for the process)."""
+    monkeypatch.setattr(disk_cache, "_memory_only", False)
+    monkeypatch.setattr(disk_cache, "_memory_docs", type(disk_cache._memory_docs)())
+    return cache
+
+
+def _full_disk(*args, **kwargs):
+    raise OSError(28, "No space left on device")
+
+
+def test_a_full_disk_keeps_kernels_and_documents_in_memory(refused, monkeypatch):
+    monkeypatch.setattr(disk_cache, "write_atomic", _full_disk)
+    src = fresh_source("full-disk")
+    with pytest.warns(RuntimeWarning, match="No space left on device.*in memory from now on"):
+        mod = disk_cache.load_module(src)
+    assert mod.VALUE == "full-disk" and "in memory" in mod.__file__
+    assert disk_cache.memory_only()
+    disk_cache.write_json("timings_x.json", {"a": 1.0})      # no second warning, no raise
+    assert disk_cache.read_json("timings_x.json", lambda d: True) == {"a": 1.0}
+    assert not os.path.exists(refused / f"k_{disk_cache.source_digest(src)}.py")
+
+
+def test_a_name_taken_by_a_directory_keeps_that_entry_in_memory(refused):
+    refused.mkdir(mode=0o700)
+    (refused / "path_taken.json").mkdir()
+    with pytest.warns(RuntimeWarning) as caught:
+        assert disk_cache.read_json("path_taken.json", lambda d: True) is None
+        disk_cache.write_json("path_taken.json", {"path": [[0, 1]]})
+    assert any("IsADirectoryError" in str(w.message) for w in caught)
+    assert disk_cache.read_json("path_taken.json", lambda d: True) == {"path": [[0, 1]]}
+    assert not disk_cache.memory_only()         # the rest of the directory is still used
+    disk_cache.write_json("path_other.json", {"path": []})
+    assert (refused / "path_other.json").is_file()
+    src = fresh_source("taken")
+    (refused / f"k_{disk_cache.source_digest(src)}.py").mkdir()
+    assert disk_cache.load_module(src).VALUE == "taken"    # (warned once for the kind)
+
+
+@pytest.mark.parametrize("text", ["[" * 100_000, "\xff\xfe", '{"path": [[0, "x"]]}' * 3,
+                                  '{"path": 7}', '{"path": [[0, "x"]]}'],
+                         ids=["deeply-nested", "not-utf8", "trailing-data", "wrong-type",
+                              "check-raises"])
+def test_a_corrupt_document_is_dropped_whatever_parsing_it_raises(refused, text):
+    refused.mkdir(mode=0o700)
+    (refused / "path_bad.json").write_bytes(text.encode("latin-1"))
+    with pytest.warns(RuntimeWarning, match="corrupt or incomplete"):
+        assert disk_cache.read_json("path_bad.json", lambda d: d["path"][0][1] + 1) is None
+    assert not (refused / "path_bad.json").exists()
+
+
+FILE_SIZE_PROGRAM = textwrap.dedent("""
+    import resource, signal, sys, warnings, numpy as np, graphopt as go
+    warnings.simplefilter("always")
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)     # the write fails with EFBIG instead
+    resource.setrlimit(resource.RLIMIT_FSIZE, (int(sys.argv[1]), resource.RLIM_INFINITY))
+    g = go.Graph(); x = g.input("x", (64, 64)); w = g.input("w", (64, 64))
+    g.output(go.gelu(go.einsum("ij,jk->ik", x, w) + 1.0))
+    a = np.linspace(-1, 1, 64 * 64).reshape(64, 64)
+    got = go.compile(g, backend="numba")(x=a, w=a.T)
+    want = go.compile(g, backend="numpy")(x=a, w=a.T)
+    print(float(np.max(np.abs(got - want))))
+""")
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="POSIX file-size limit")
+@pytest.mark.parametrize("limit", [10, 3000])     # the source's write; numba's compiled code
+def test_a_file_size_limit_ends_no_compile(tmp_path, limit):
+    env = {**os.environ, "GRAPHOPT_CACHE_DIR": str(tmp_path / "c")}
+    run = subprocess.run([sys.executable, "-c", FILE_SIZE_PROGRAM, str(limit)], env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+    assert float(run.stdout) < 1e-12
+    assert "File too large" in run.stderr and "in memory from now on" in run.stderr
+    assert run.stderr.count("could not write the cache entry") == 1

@@ -162,6 +162,8 @@ def _to_dask(a, chunks, shape, dtype, chunk_bytes):
 def _normalize(chunks, shape, dtype, chunk_bytes):
     from dask.array.core import normalize_chunks
 
+    if math.prod(shape) == 0 and (isinstance(chunks, str) or chunks is None):
+        chunks = -1      # no data to split: one (empty) chunk ("auto" divides by its size)
     try:
         out = normalize_chunks(chunks, shape, limit=chunk_bytes, dtype=np.dtype(dtype))
     except (ValueError, TypeError, ZeroDivisionError) as e:

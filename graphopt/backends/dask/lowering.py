@@ -75,6 +75,20 @@ def constant(value, opts: Options):
 # ------------------------------------------------------------------------------ one node
 
 
+def reshape(x, shape: tuple, log):
+    """``x.reshape(shape)``. Dask reshapes only where dims merge or split evenly over its
+    chunks; any other reshape goes through one dim (a merge, then a split: both supported)."""
+    if x.npartitions > 1:
+        log.notes.append(f"reshape {x.shape} -> {shape} from chunks {x.chunksize} (dask "
+                         "rechunks across merged dims)")
+    try:
+        return x.reshape(shape)
+    except NotImplementedError:
+        log.notes.append(f"reshape {x.shape} -> {shape} splits dims unevenly over chunks "
+                         f"{x.chunksize}: done as a reshape to one dim, then to {shape}")
+        return x.reshape(-1).reshape(shape)
+
+
 def lower_op(G: nx.MultiDiGraph, n: int, args: list, opts: Options, log: StepLog):
     """The dask array of node ``n`` of ``G`` (not a fused one: ``blocks.lower_node``) given
     its operands' dask arrays."""
@@ -91,10 +105,9 @@ def lower_op(G: nx.MultiDiGraph, n: int, args: list, opts: Options, log: StepLog
                  split_every=opts.split_every)
     elif kind == ops.ELEMENTWISE:
         res = ops.OPS[op].impl(align_broadcast(args, d["shape"], log, op), attrs)
-    else:  # layout: dask's reshape / transpose / broadcast_to
-        if op == "reshape" and args[0].npartitions > 1:
-            log.notes.append(f"reshape {args[0].shape} -> {tuple(d['shape'])} from chunks "
-                             f"{args[0].chunksize} (dask rechunks across merged dims)")
+    elif op == "reshape":
+        res = reshape(args[0], tuple(d["shape"]), log)
+    else:  # layout: dask's transpose / broadcast_to
         res = ops.OPS[op].impl(args, attrs)
     return conform(res, d, n)
 

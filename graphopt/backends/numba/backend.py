@@ -25,6 +25,7 @@ from types import MappingProxyType
 import numpy as np
 
 from ...analysis import cost
+from ...analysis.call_bytes import kernel_call_bytes
 from ...contraction.rates import HOST_RATES, Rates
 from ...errors import GraphError
 from ...ir import ops
@@ -82,6 +83,18 @@ class NumbaBackend(Backend):
 
     def workspace_bytes(self, G, n) -> int:
         return _workspace_bytes(self, G, n)
+
+    def call_bytes(self, G, n) -> int:
+        """A generated loop's call (nothing beyond a GEMM's workspace where the loop is its
+        epilogue), a ufunc's, else the reference interpreter's."""
+        d = G.nodes[n]
+        op = d["op"]
+        if op == "fused":
+            return 0 if d["attrs"]["pattern"] == "contraction" else \
+                kernel_call_bytes("numba-fused")
+        if isinstance(ops.UNARY_FUNCS.get(op) or ops.BINARY_FUNCS.get(op), np.ufunc):
+            return kernel_call_bytes("numpy-ufunc")
+        return Backend.call_bytes(self, G, n)
 
 
 def _workspace_bytes(backend, G, n) -> int:

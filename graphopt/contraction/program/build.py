@@ -37,6 +37,13 @@ from typing import Callable, NamedTuple, Sequence
 
 import numpy as np
 
+from ...analysis.call_bytes import (
+    GEMM_VIEW_BYTES,
+    LIST_BYTES_PER_ITEM,
+    PAIR_BYTES,
+    call_object_bytes,
+    view_bytes,
+)
 from ...analysis.liveness import assign_arena_offsets, stacked_offsets
 from ...ir.einsum import first_use_equation, split
 from ...ir.einsum_numpy import evaluate, plain_einsum, to_ascii
@@ -46,7 +53,6 @@ from .einsum_bytes import np_einsum_bytes, np_einsum_fills_no_buffer
 from .forms import step_forms, step_gemm, step_sizes
 from .gemm import (
     BLAS_DTYPES,
-    GEMM_VIEW_BYTES,
     Gemm,
     c_strides,
     copies_bytes,
@@ -55,20 +61,6 @@ from .gemm import (
     run_gemm,
 )
 
-# The Python objects a call holds per step while it runs: the view of the step's place in
-# the arena (kept with the arena), the views a GEMM makes of its operands and product, the
-# operand lists. tracemalloc counts them as a call's memory (as CPython 3.11 and NumPy 2.4
-# size them; the operands' own counted apart, ``OBJECT_BYTES_PER_OPERAND``): the predicted
-# peak stays within 10 % of what a call measures where a network's arrays weigh little.
-OBJECT_BYTES_PER_STEP = 250
-# ... and per operand: the call's key (a shape and a strides tuple per operand) while it
-# looks up its program (``PathContraction.run`` makes no tuple of its operands)
-OBJECT_BYTES_PER_OPERAND = 104
-# A view NumPy makes of an array (an operand without its size-1 dims, or restricted to a
-# slice): 104 + 16 x ndim bytes on CPython 3.11 and NumPy 2.4 (as tracemalloc counts it),
-# and a list holds 8 bytes an item
-VIEW_BYTES, VIEW_BYTES_PER_DIM, LIST_BYTES_PER_ITEM = 112, 16, 8
-PAIR_BYTES = 56     # a tuple of two (as tracemalloc counts it, CPython 3.11)
 # Intermediates of at most this many bytes in all each get their own place in the arena:
 # sharing would save less than this, and its best fit is quadratic in the intermediates
 # (most of a large network's planning time, for a few tens of kB).
@@ -79,17 +71,6 @@ UNSHARED_ARENA_BYTES = 1 << 17
 # in again, most of a large network's page faults. Smaller copies come from memory malloc
 # reuses, and their places' views would weigh more than they save.
 ARENA_COPY_BYTES = 1 << 17
-
-
-def call_object_bytes(n_steps: int, n_operands: int) -> int:
-    """The Python objects a call of ``n_steps`` steps over ``n_operands`` operands holds
-    (``OBJECT_BYTES_PER_STEP``, ``OBJECT_BYTES_PER_OPERAND``)."""
-    return n_steps * OBJECT_BYTES_PER_STEP + n_operands * OBJECT_BYTES_PER_OPERAND
-
-
-def view_bytes(ndim: int) -> int:
-    """What a view of ``ndim`` dims holds (``VIEW_BYTES``)."""
-    return VIEW_BYTES + VIEW_BYTES_PER_DIM * ndim
 
 
 def copy_places_bytes(steps) -> int:

@@ -13,6 +13,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from ...analysis.call_bytes import GEMM_VIEW_BYTES
 from ...ir import einsum as einsum_mod
 from .matmul import (  # BLAS_DTYPES: the dtypes BLAS multiplies (a GEMM in another,
     BLAS_DTYPES,  # noqa: F401    integers, bool or float16, has np.einsum's product)
@@ -198,12 +199,6 @@ def transpose_copy_bytes(p: Gemm, shapes, itemsize: int) -> int:
     return copy + (2 * B * M * N * itemsize if p.out_perm is not None else 0)
 
 
-# The views ``run_gemm`` holds at once on the host while its product runs (its operands
-# transposed and reshaped into matrices, the product's reshape and permutation): the most
-# tracemalloc counts for a step of a few labels (CPython 3.11, NumPy 2.4). A program's
-# per-step allowance (``build.OBJECT_BYTES_PER_STEP``) covers them on long programs, not at
-# the peak step of a short one, so a GEMM step counts them itself.
-GEMM_VIEW_BYTES = 1312
 
 
 def gemm_workspace_bytes(p: Gemm, shapes, itemsize: int, blas: bool = True) -> int:

@@ -27,12 +27,12 @@ from typing import Sequence
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
+from ...analysis.call_bytes import LIST_BYTES_PER_ITEM, call_object_bytes, view_bytes
 from ...ir.einsum import split as split_equation
 from ...ir.einsum_numpy import promote_operands
 from ...observe import progress
 from ...runtime import threads
 from ..paths import default_path, label_sizes
-from ..program.build import LIST_BYTES_PER_ITEM, call_object_bytes, view_bytes
 from ..program.gemm import c_strides
 from ..program.run import PathContraction, path_contraction
 

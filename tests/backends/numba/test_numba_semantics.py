@@ -2,6 +2,7 @@
 generated loop with fast math on and off, the NumPy-blocked form): regression tests for the
 defects an independent fuzzer found (ISSUE 12: 1, 2, 4-11, 13, 14)."""
 
+import importlib.util
 import math
 import warnings
 
@@ -133,6 +134,33 @@ def test_sigmoid_and_gelu_keep_the_negative_tail_at_every_size(dtype, n):   # de
         for got, allowed, name in results:
             err = np.abs(got[pick].astype(np.float64) - exact)
             assert (err <= allowed).all(), (op, name, got[pick], exact, err / ulp)
+
+
+def test_gelu_float64_tail_is_within_its_bound_of_the_exact_constants_function():
+    """The far negative tail (down to underflow), densely, on every host form and dask:
+    gelu is the function of the real numbers sqrt(2/pi) and 0.044715. A reading against
+    those constants rounded to float64 first (as JAX's and PyTorch's gelu compute) differs
+    by |w| 2**-53 relative, 100-200 ulp where w nears -745: the constants, not the
+    arithmetic."""
+    import mpmath
+
+    from graphopt.backends.numba.numerics import BOUNDS
+
+    mpmath.mp.prec = 160
+    x = np.linspace(-21.0, -2.0, 1901)
+    c, k = mpmath.sqrt(2 / mpmath.pi), mpmath.mpf("0.044715")
+    exact = np.array([float(v / (1 + mpmath.exp(-2 * c * (v + k * v ** 3))))
+                      for v in map(mpmath.mpf, x.tolist())])
+    bound = BOUNDS[("gelu", "float64")]
+    allowed = bound.ulp * np.spacing(np.abs(exact)) + bound.abs + 5e-324
+    g = go.Graph()
+    g.output(go.gelu(g.input("x", x.shape, "float64")))
+    results = [(reference(g, x=x), "reference")] + [(run(g, f, x=x)[0], n) for f, n in FORMS]
+    if importlib.util.find_spec("distributed"):
+        results.append((go.compile(g, backend="dask", cache=False)(x=x), "dask"))
+    for got, name in results:
+        err = np.abs(got - exact)
+        assert (err <= allowed).all(), (name, x[np.argmax(err / allowed)])
 
 
 def test_integer_to_a_negative_integer_power_raises_as_numpy_does():   # defect 7

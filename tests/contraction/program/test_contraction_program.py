@@ -9,14 +9,11 @@ import opt_einsum
 import pytest
 from opt_einsum.testing import rand_equation
 
+from graphopt.analysis.call_bytes import GEMM_VIEW_BYTES
 from graphopt.analysis.liveness import ALIGN
 from graphopt.contraction.program.build import ARENA_COPY_BYTES, UNSHARED_ARENA_BYTES, build_program
 from graphopt.contraction.program.einsum_bytes import np_einsum_bytes
-from graphopt.contraction.program.gemm import (
-    GEMM_VIEW_BYTES,
-    _reduced_strides,
-    reshaped_strides,
-)
+from graphopt.contraction.program.gemm import _reduced_strides, reshaped_strides
 from graphopt.contraction.program.run import PathContraction
 from graphopt.contraction.rates import SMALL_PAIR_WORK
 from graphopt.ir.einsum import split
