@@ -6,10 +6,11 @@
 For each tensor network of ``benchmarks.networks`` (cotengra's, einsum-benchmark's and
 quimb's generators) and each workload of ``graphopt.workloads``, in one process: compile at
 default settings, then under ``memory_limit`` set to each fraction of the unlimited plan's
-predicted peak; report the plan's ``predicted_peak_bytes`` (arena + largest step workspace),
-the peak a call measures (``Plan.measure_peak_bytes``: tracemalloc, beside inputs and
-outputs, arenas released first), their ratio, the slices and slices at once, and whether the
-measured peak stayed within the limit; a limit the compiler refuses is listed with its reason.
+predicted peak; report the plan's ``predicted_peak_bytes`` (arena, largest step workspace,
+the call's objects), the peak a call measures (``Plan.measure_peak_bytes``: tracemalloc,
+beside inputs and outputs, arenas released first), their ratio, the slices and slices at
+once, and whether the measured peak stayed within the limit; a limit the compiler refuses is
+listed with its reason.
 ``--mode both`` (the default) runs once pinned to one core, once at the libraries' defaults
 (slices run at once only with more than one thread), each in a child process.
 """

@@ -265,8 +265,11 @@ def _child(args: list, timeout: float | None = None) -> str:
     import subprocess
 
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    from .run import child_env
+
     done = subprocess.run([sys.executable, "-m", "benchmarks.networks", *args], cwd=root,
-                          capture_output=True, text=True, check=True, timeout=timeout)
+                          capture_output=True, text=True, check=True, timeout=timeout,
+                          env=child_env())
     return done.stdout.strip().splitlines()[-1]
 
 

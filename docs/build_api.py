@@ -23,7 +23,7 @@ from graphopt.observe.profiler import Profile  # noqa: E402
 
 SECTIONS = [
     ("Building graphs", ["Graph", "Tensor"]),
-    ("Contractions", ["einsum", "matmul", "contract"]),
+    ("Contractions", ["einsum", "matmul", "contract", "contract_expression"]),
     ("Elementwise ops", ["add", "sub", "mul", "div", "pow", "maximum", "minimum", "neg", "abs",
                          "exp", "log", "sqrt", "square", "reciprocal", "tanh", "sigmoid",
                          "relu", "gelu", "sin", "cos", "conj", "real", "imag", "where",

@@ -9,7 +9,7 @@ from .errors import DTypeError, EinsumError, GraphError, InputError, ShapeError
 from .frontend.autodiff import grad, value_and_grad, vjp
 from .frontend.eager import disable_jit
 from .frontend.graph import Graph
-from .frontend.jit import contract, jit
+from .frontend.jit import contract, contract_expression, jit
 from .frontend.numpy_api import clip, std, var
 from .frontend.serialize import load, save
 from .frontend.tensor import (
@@ -69,7 +69,7 @@ _logging.getLogger(__name__).addHandler(_logging.NullHandler())
 
 __all__ = [
     "Graph", "Tensor", "Plan", "OptimizationReport", "compile", "clear_caches", "jit",
-    "contract", "save",
+    "contract", "contract_expression", "save",
     "load", "grad", "value_and_grad", "vjp",
     "thread_budget", "disable_jit", "show_progress", "GraphError", "ShapeError",
     "DTypeError", "EinsumError", "InputError",

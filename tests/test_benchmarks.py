@@ -2,6 +2,7 @@
 is timed)."""
 
 import json
+import os
 import pathlib
 import sys
 
@@ -103,6 +104,25 @@ def test_memory_benchmark_sets_the_measured_peak_beside_the_prediction(tmp_path)
         # how far the measure falls below it depends on how the threads interleave
         low = 0.9 / r["at_once"]
         assert low <= r["ratio"] <= 1.1 and r["within_limit"], r
+
+
+def test_recompute_benchmark_fits_the_limit_and_keeps_the_gradients(tmp_path):
+    from benchmarks import recompute
+
+    rows = _results(recompute.main, ["--mode", "default", "--chains", "6x64",
+                                     "--limits", str(3 * 64 * 64 * 8 + 8192)], tmp_path)
+    free, limited = rows
+    assert free["limit"] is None and free["arena"] > limited["arena"]
+    assert limited["solver"].startswith("checkpoints") and limited["measured"] <= limited["limit"]
+    assert free["equal"] and limited["equal"] and limited["extra_gflop"] > 0
+
+
+def test_benchmark_children_run_without_the_old_openblas_overrides(monkeypatch):
+    monkeypatch.setenv("OPENBLAS_CORETYPE", "Haswell")
+    monkeypatch.setenv("OPENBLAS_L2_SIZE", "1048576")
+    env = run.child_env()
+    assert "OPENBLAS_CORETYPE" not in env and "OPENBLAS_L2_SIZE" not in env
+    assert env.get("PATH") == os.environ.get("PATH")
 
 
 @pytest.mark.slow

@@ -144,13 +144,26 @@ _contract_plans: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
 _contract_lock = threading.Lock()
 
 
-def contract(eq, *arrays, out=None, **compile_kwargs):
+def contract(eq, *arrays, out=None, dtype=None, order="K", casting="safe", use_blas=True,
+             **compile_kwargs):
     """One-shot einsum through the compiler: a drop-in for ``np.einsum`` and
     ``opt_einsum.contract``, in the equation form or the interleaved form
     (``contract(a, [0, 1], b, [1, 2], [0, 2])``, any hashable labels). Plans are cached per
-    (equation, shapes, dtypes, options). ``out`` receives the result as ``np.einsum``'s does
-    (the result's shape, a dtype it casts to safely); ``optimize=True`` is ``"auto"``; other
-    keywords are ``go.compile``'s."""
+    (equation, shapes, dtypes, options).
+
+    As ``np.einsum``: ``out`` receives the result (its shape, a dtype ``casting`` allows);
+    ``dtype`` casts the operands (by ``casting``, default ``"safe"``) and computes in it;
+    ``order`` lays the result out (``"C"``, ``"F"``, ``"A"``: Fortran where every operand
+    is; ``"K"``: as computed, C);
+    ``optimize=False`` or ``None`` contracts all operands in one step, as NumPy's
+    unoptimized einsum; ``True`` is ``"auto"``; an explicit path (opt_einsum's list of
+    tuples, or ``np.einsum_path``'s ``["einsum_path", ...]``) is run as given. As
+    ``opt_einsum.contract``: ``use_blas`` is accepted (graphopt picks each step's form by
+    its rate table; results do not change); ``memory_limit="max_input"`` keeps each
+    intermediate within the largest operand (opt_einsum's path search runs with it, and its
+    path is run as given), ``-1`` is none, and a number is graphopt's: bytes of the whole
+    call, not opt_einsum's elements of one intermediate. Other keywords are
+    ``go.compile``'s."""
     if not isinstance(eq, str):
         from ..ir.einsum import interleaved_to_equation
 
@@ -158,12 +171,19 @@ def contract(eq, *arrays, out=None, **compile_kwargs):
             eq, arrays = interleaved_to_equation((eq, *arrays))
         except GraphError as e:
             raise e.located(op="einsum") from None
-    if compile_kwargs.get("optimize") is True:
-        compile_kwargs["optimize"] = "auto"
-    elif compile_kwargs.get("optimize") is False:
-        raise GraphError("go.contract(optimize=False): graphopt always orders a contraction; "
-                         "pass optimize='auto' (or a path search name)", op="einsum")
+    if not isinstance(use_blas, bool):
+        raise GraphError(f"go.contract(use_blas={use_blas!r}): a bool", op="einsum")
+    if casting not in ("no", "equiv", "safe", "same_kind", "unsafe"):
+        raise GraphError(f"einsum {eq!r}: casting={casting!r} is not 'no', 'equiv', 'safe', "
+                         "'same_kind' or 'unsafe'", op="einsum")
+    layout = order.upper() if isinstance(order, str) else order
+    if layout not in ("C", "F", "A", "K"):
+        raise GraphError(f"einsum {eq!r}: order={order!r} is not 'C', 'F', 'A' or 'K'",
+                         op="einsum")
     arrays = [x if _is_array(x) else np.asarray(x) for x in arrays]
+    if dtype is not None:
+        arrays = _cast(arrays, dtype, casting, eq)
+    compile_kwargs = _contract_options(eq, compile_kwargs, arrays)
     key = (eq, tuple([(tuple(a.shape), np.dtype(a.dtype)) for a in arrays]),
            tuple(sorted((k, repr(v)) for k, v in compile_kwargs.items())))
     with _contract_lock:
@@ -175,7 +195,70 @@ def contract(eq, *arrays, out=None, **compile_kwargs):
         with _contract_lock:
             _contract_plans[key] = plan
     result = plan(*arrays)
-    return result if out is None else _into(out, result, eq)
+    if layout == "A":     # Fortran where every operand is, as NumPy's
+        layout = "F" if arrays and all(np.isfortran(np.asarray(a)) for a in arrays) else "C"
+    if layout in ("C", "F"):
+        result = np.asarray(result, order=layout)
+    return result if out is None else _into(out, result, eq, casting)
+
+
+def contract_expression(eq, *shapes, dtype="float64", **compile_kwargs):
+    """opt_einsum's ``contract_expression``: the compiled plan of ``eq`` over operands of
+    ``shapes`` (each a shape, or an array whose shape and dtype are taken), in ``dtype``
+    where a shape is given. Call it with the arrays (``expr(a, b)``); read its report and
+    its predicted peak (``expr.report``, ``expr.predicted_peak_bytes``). Keywords as
+    ``contract``'s ``optimize`` and ``memory_limit``, and ``go.compile``'s."""
+    from ..compiler.driver import compile
+
+    arrays = [s if _is_array(s) else np.broadcast_to(np.zeros((), dtype), tuple(s))
+              for s in shapes]
+    return compile(contract_graph(eq, arrays), **_contract_options(eq, compile_kwargs, arrays))
+
+
+def _contract_options(eq: str, kwargs: dict, arrays) -> dict:
+    """``contract``'s keywords as ``compile`` takes them: NumPy's and opt_einsum's meanings
+    of ``optimize`` and ``memory_limit`` (see ``contract``). opt_einsum's
+    ``memory_limit="max_input"`` bounds each intermediate by the largest operand: its path
+    search runs with it, and the path it finds is run as given."""
+    kwargs = dict(kwargs)
+    optimize = kwargs.get("optimize", "auto")
+    if optimize is True:
+        optimize = kwargs["optimize"] = "auto"
+    elif optimize is False or optimize is None:
+        optimize = kwargs["optimize"] = [tuple(range(len(arrays)))]   # one step, as NumPy's
+    limit = kwargs.get("memory_limit")
+    if isinstance(limit, str) and limit == "max_input":
+        del kwargs["memory_limit"]
+        if not isinstance(optimize, (list, tuple)):
+            import opt_einsum
+
+            name = optimize if optimize in opt_einsum.paths._PATH_OPTIONS or isinstance(
+                optimize, opt_einsum.paths.PathOptimizer) else "auto"
+            try:
+                path, _ = opt_einsum.contract_path(eq, *[a.shape for a in arrays],
+                                                   shapes=True, optimize=name,
+                                                   memory_limit="max_input")
+            except ValueError as e:
+                raise GraphError(f"einsum {eq!r}: {e}", op="einsum") from None
+            kwargs["optimize"] = [tuple(p) for p in path]
+    elif isinstance(limit, (int, np.integer)) and not isinstance(limit, bool) and limit == -1:
+        kwargs["memory_limit"] = None
+    return kwargs
+
+
+def _cast(arrays, dtype, casting: str, eq: str) -> list:
+    """``arrays`` in ``dtype`` as ``np.einsum(dtype=, casting=)`` casts them."""
+    try:
+        want = np.dtype(dtype)
+    except TypeError as e:
+        raise GraphError(f"einsum {eq!r}: dtype={dtype!r} is not a dtype: {e}",
+                         op="einsum") from None
+    for a in arrays:
+        if not np.can_cast(a.dtype, want, casting):
+            raise GraphError(f"einsum {eq!r}: cannot cast an operand from {a.dtype} to {want} "
+                             f"under casting={casting!r} (np.einsum's rule; pass "
+                             "casting='unsafe' to allow it)", op="einsum")
+    return [a if a.dtype == want else a.astype(want) for a in arrays]
 
 
 def contract_graph(eq: str, arrays, name: str = "contract") -> Graph:
@@ -186,15 +269,15 @@ def contract_graph(eq: str, arrays, name: str = "contract") -> Graph:
     return g
 
 
-def _into(out, result, eq: str):
+def _into(out, result, eq: str, casting: str = "safe"):
     """``result`` written into ``out`` under np.einsum's rules for ``out``."""
     if not isinstance(out, np.ndarray) or out.shape != result.shape:
         raise GraphError(f"einsum {eq!r}: out= must be an ndarray of the result's shape "
                          f"{result.shape}, got {type(out).__name__} "
                          f"{getattr(out, 'shape', '')}", op="einsum")
-    if not np.can_cast(result.dtype, out.dtype, "safe"):
+    if not np.can_cast(result.dtype, out.dtype, casting):
         raise GraphError(f"einsum {eq!r}: the result is {result.dtype}, which out= of dtype "
-                         f"{out.dtype} cannot hold without loss (np.einsum's 'safe' casting)",
-                         op="einsum")
-    np.copyto(out, result)
+                         f"{out.dtype} cannot take under casting={casting!r} (np.einsum's "
+                         "rule)", op="einsum")
+    np.copyto(out, result, casting=casting)
     return out

@@ -274,13 +274,16 @@ def _sizes_of_labels(expanded, shapes, where) -> dict[str, int]:
                     sizes[c] = d
                 elif d != 1:
                     raise EinsumError(f"label {c!r} has size {e} and {d} in {where}")
+    # a label repeated in one term takes a diagonal: its dims there are equal, as NumPy
+    # asks; all of size 1 they broadcast against a larger size elsewhere, as one dim would
     for t, s in zip(expanded, shapes):
         if len(t) < 2 or len(set(t)) == len(t):
             continue
-        for c, d in zip(t, s):
-            if t.count(c) > 1 and d != sizes[c]:
-                raise EinsumError(f"repeated label {c!r} in term {t!r} has sizes that differ "
-                                  f"(shape {s}) in {where}")
+        for c in set(t):
+            dims = sorted({d for cc, d in zip(t, s) if cc == c})
+            if len(dims) > 1:
+                raise EinsumError(f"repeated label {c!r} in term {t!r} has dims {dims} (shape "
+                                  f"{s}): its diagonal needs equal dims, in {where}")
     return sizes
 
 

@@ -40,7 +40,14 @@ from ..contraction.paths import (
     play,
 )
 from ..contraction.search import budget as search_budget
-from ..contraction.search.choose import ANYTIME, best_path, fallbacks, optimizer_for, search
+from ..contraction.search.choose import (
+    ANYTIME,
+    GivenPath,
+    best_path,
+    fallbacks,
+    optimizer_for,
+    search,
+)
 from ..contraction.value import Contraction
 from ..errors import GraphError
 from ..ir import einsum as einsum_mod
@@ -197,6 +204,11 @@ def _plan_group(G, group: list[int], ctx) -> tuple[Merged, dict, Steps | None, S
     user_flops, user_largest, user_write = user_cost(G, group, ltr)
     user_combo = combo_cost(user_flops, user_write)
     fn, name = optimizer_for(ctx.optimize, len(m.terms))
+    if isinstance(fn, GivenPath):
+        return _given(m, fn, {"root": root, "ops": [G.nodes[n]["op"] for n in group],
+                              "flops_before": user_flops,
+                              "largest_intermediate_before": _size(user_largest, itemsize)},
+                      limit, itemsize, ctx)
     free, search_rec = _unconstrained(m, ctx)
     if search_rec is not None:
         name = search_rec["searcher"]
@@ -256,6 +268,21 @@ def _plan_group(G, group: list[int], ctx) -> tuple[Merged, dict, Steps | None, S
                largest_intermediate_after=_size(steps.largest, itemsize))
     whole = _one_node_path(m, free, ltr) if limit is not None and len(m.terms) > 2 else None
     return m, rec, steps, whole
+
+
+def _given(m: Merged, fn: GivenPath, rec: dict, limit, itemsize,
+           ctx) -> tuple[Merged, dict, Steps, Steps]:
+    """A group contracted along the path the caller gave (``optimize=`` an explicit path),
+    and no other; under a limit it does not meet, one node along it for the slicing pass.
+    ``rec``: the group's record so far (root, ops, what the user's order costs)."""
+    steps = play(m.terms, m.output, m.sizes, fn.path)
+    rec = dict(rec, operands=len(m.terms), equation=m.equation, optimizer="the given path")
+    if limit is not None and steps.largest > limit:
+        return m, rec, _needs_slicing(m, rec, steps, itemsize, ctx.memory_limit, limit), steps
+    rec.update(decision="reordered", reason="the path given (optimize=)",
+               flops_after=steps.flops, path=steps.path,
+               largest_intermediate_after=_size(steps.largest, itemsize))
+    return m, rec, steps, steps
 
 
 def _pairwise_peak_bytes(H, m: Merged, steps: Steps, made: list[int], ctx) -> int:

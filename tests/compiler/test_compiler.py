@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 import graphopt as go
 from graphopt.compiler import driver as compiler
+from graphopt.frontend.jit import contract_graph
 from graphopt.passes.manager import PIPELINES
 from graphopt.testing import assert_plan_matches_interpreter, graphs, inputs_for
 
@@ -386,10 +387,87 @@ def test_contract_out_and_optimize_as_numpy_einsum(rng):
         go.contract("ij,jk->ik", a, b, out=np.zeros((2, 3)))
     with pytest.raises(go.GraphError, match="float64, which out= of dtype float32 cannot"):
         go.contract("ij,jk->ik", a, b, out=np.zeros((3, 2), np.float32))
-    with pytest.raises(go.GraphError, match="always orders"):
-        go.contract("ij,jk->ik", a, b, optimize=False)
-    with pytest.raises(go.GraphError, match=r"unknown option\(s\) \['casting'\]"):
-        go.contract("ij,jk->ik", a, b, casting="unsafe")
+    narrow = np.zeros((3, 2), np.float32)          # ... unless casting= allows it
+    go.contract("ij,jk->ik", a, b, out=narrow, casting="same_kind")
+    np.testing.assert_allclose(narrow, out, rtol=1e-6)
+    with pytest.raises(go.GraphError, match=r"casting='nope' is not"):
+        go.contract("ij,jk->ik", a, b, casting="nope")
+
+
+EQUATION = "ab,bc,cd->ad"
+
+
+def _three(rng):
+    return [rng.standard_normal(s) for s in ((3, 4), (4, 5), (5, 6))]
+
+
+@pytest.mark.parametrize("optimize", [
+    None, False, True, "greedy", [(1, 2), (0, 1)], ["einsum_path", (0, 1), (0, 1)], [(0, 1, 2)],
+])
+def test_contract_takes_every_optimize_numpy_and_opt_einsum_take(optimize, rng):
+    arrays = _three(rng)
+    got = go.contract(EQUATION, *arrays, optimize=optimize, backend="numpy", cache=False)
+    np.testing.assert_allclose(got, np.einsum(EQUATION, *arrays), rtol=1e-12)
+
+
+@pytest.mark.parametrize("path", [[(1, 2), (0, 1)], [(0, 1, 2)], np.einsum_path(
+    EQUATION, np.ones((3, 4)), np.ones((4, 5)), np.ones((5, 6)), optimize="optimal")[0]])
+def test_an_explicit_path_is_run_as_given(path, rng):
+    plan = go.compile(contract_graph(EQUATION, _three(rng)), optimize=path, cache=False)
+    (n,) = [n for n in plan.graph if plan.graph.nodes[n]["op"] == "einsum"]
+    given = path[1:] if path[0] == "einsum_path" else path
+    assert plan.graph.nodes[n]["attrs"]["contraction"].path == tuple(map(tuple, given))
+    with pytest.raises(go.GraphError, match="contraction path"):
+        go.compile(contract_graph(EQUATION, _three(rng)), optimize=[(0, 5), (0, 1)],
+                   cache=False)
+
+
+def test_contract_dtype_order_casting_and_opt_einsum_words(rng):
+    a, b, c = _three(rng)
+    with pytest.raises(go.GraphError, match="cannot cast an operand from float64 to float32"):
+        go.contract("ab,bc->ac", a, b, dtype=np.float32)     # np.einsum's casting='safe'
+    got = go.contract("ab,bc->ac", a, b, dtype=np.float32, casting="same_kind")
+    assert got.dtype == np.float32
+    np.testing.assert_allclose(got, a.astype(np.float32) @ b.astype(np.float32), rtol=1e-5)
+    ints = go.contract("ab,bc->ac", np.arange(12).reshape(3, 4), np.ones((4, 5), np.int64),
+                       dtype=np.float64)
+    assert ints.dtype == np.float64
+    assert go.contract("ab,bc->ac", a, b, order="F").flags.f_contiguous
+    assert go.contract("ab,bc->ac", np.asfortranarray(a), np.asfortranarray(b),
+                       order="a").flags.f_contiguous
+    with pytest.raises(go.GraphError, match="order='W'"):
+        go.contract("ab,bc->ac", a, b, order="W")
+    want = np.einsum(EQUATION, a, b, c)
+    for kw in ({"use_blas": False}, {"memory_limit": -1}, {"memory_limit": "max_input"}):
+        np.testing.assert_allclose(go.contract(EQUATION, a, b, c, **kw), want, rtol=1e-12)
+    # opt_einsum's "max_input" bounds each intermediate by the largest operand: its path
+    import opt_einsum
+
+    path = opt_einsum.contract_path(EQUATION, a, b, c, memory_limit="max_input")[0]
+    plan = go.contract_expression(EQUATION, a.shape, b.shape, c.shape,
+                                  memory_limit="max_input")
+    (n,) = [n for n in plan.graph if plan.graph.nodes[n]["op"] == "einsum"]
+    assert plan.graph.nodes[n]["attrs"]["contraction"].path == tuple(map(tuple, path))
+
+
+def test_contract_expression_is_a_compiled_plan(rng):
+    a, b, c = _three(rng)
+    expr = go.contract_expression(EQUATION, a.shape, b.shape, c.shape)
+    np.testing.assert_allclose(expr(a, b, c), np.einsum(EQUATION, a, b, c), rtol=1e-12)
+    assert expr.predicted_peak_bytes > 0 and "contraction" in str(expr.report)
+    single = go.contract_expression("ij->", np.ones((2, 3), np.float32))
+    assert single(np.ones((2, 3), np.float32)) == 6.0
+
+
+def test_a_repeated_label_of_size_one_broadcasts_as_numpy_does():
+    for eq, ops in [("aa,a->a", [np.ones((1, 1)), np.arange(3.0)]),
+                    ("aab,a->ab", [np.full((1, 1, 2), 2.0), np.arange(3.0)]),
+                    ("aa,a", [np.full((1, 1), 2.0), np.arange(3.0)])]:
+        got = go.contract(eq, *ops, backend="numpy", cache=False)
+        want = np.einsum(eq, *ops)
+        assert got.shape == want.shape and np.array_equal(got, want), eq
+    with pytest.raises(go.GraphError, match=r"repeated label 'a' in term 'aa' has dims \[1, 3\]"):
+        go.contract("aa", np.ones((1, 3)))
 
 
 def test_non_array_inputs_convert_only_when_exact():             # ISSUE 12: 22

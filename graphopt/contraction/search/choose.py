@@ -4,7 +4,9 @@ gradient's einsum splitting share.
 ``optimize="auto"`` is opt_einsum's exhaustive search up to ``AUTO_OPTIMAL_MAX`` operands,
 its dynamic programming up to ``AUTO_DP_MAX``, and the anytime search (``anytime``, within
 the compile's ``path_time``) beyond; ``"hyper"`` is the anytime search at any size; any
-other name is opt_einsum's search of that name, and a ``PathOptimizer`` runs as given.
+other name is opt_einsum's search of that name, and a ``PathOptimizer`` runs as given. An
+explicit path (opt_einsum's list of index tuples, or NumPy's ``["einsum_path", ...]``) is
+taken as it is (``GivenPath``): the contraction pass runs it, and no other order.
 """
 
 from __future__ import annotations
@@ -25,9 +27,42 @@ LIMIT_BRANCH_MAX = 10
 ANYTIME = "anytime"   # optimizer_for's answer for the anytime search (``anytime.find_path``)
 
 
+class GivenPath(oe_paths.PathOptimizer):
+    """A path the caller gave: each step the positions of the operands it contracts, as
+    opt_einsum's ``contract_path`` returns them (NumPy's ``["einsum_path", ...]`` too, its
+    first item dropped). Checked against the network when it is played (``paths.play``)."""
+
+    def __init__(self, path):
+        steps = list(path)
+        if steps and steps[0] == "einsum_path":
+            steps = steps[1:]
+        try:
+            self.path = tuple(tuple(int(i) for i in step) for step in steps)
+        except (TypeError, ValueError):
+            raise GraphError(f"optimize={list(path)!r}: an explicit path is a list of tuples "
+                             "of operand positions (opt_einsum's or np.einsum_path's form)"
+                             ) from None
+
+    def __call__(self, inputs, output, size_dict, memory_limit=None):
+        return [tuple(p) for p in self.path]
+
+    def __eq__(self, other):
+        return isinstance(other, GivenPath) and other.path == self.path
+
+    def __hash__(self):
+        return hash(self.path)
+
+    def __repr__(self):
+        return f"GivenPath({list(self.path)})"
+
+
 def optimizer_for(optimize, n_operands: int):
     """``(search function, its name)`` for ``optimize`` on ``n_operands`` operands; the
     function is ``ANYTIME`` for ``anytime.find_path``."""
+    if isinstance(optimize, (list, tuple)):
+        optimize = GivenPath(optimize)
+    if isinstance(optimize, GivenPath):
+        return optimize, "the given path"
     if isinstance(optimize, oe_paths.PathOptimizer):
         return optimize, type(optimize).__name__
     if optimize == "auto":
@@ -42,8 +77,8 @@ def optimizer_for(optimize, n_operands: int):
             pass
     raise GraphError(f"optimize={optimize!r} is not a contraction path search; use 'auto', "
                      "'hyper', "
-                     f"{', '.join(repr(k) for k in oe_paths._PATH_OPTIONS if k != 'auto')} "
-                     "or an opt_einsum PathOptimizer")
+                     f"{', '.join(repr(k) for k in oe_paths._PATH_OPTIONS if k != 'auto')}, "
+                     "an opt_einsum PathOptimizer or an explicit path")
 
 
 def fallbacks(n_operands: int) -> list[str]:
