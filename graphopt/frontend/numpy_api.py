@@ -20,6 +20,7 @@ import numpy as np
 from ..errors import GraphError, ShapeError
 from ..ir import einsum as einsum_mod
 from ..ir import ops
+from . import numpy_products as products
 from . import tensor as T
 from .tensor import Tensor, user_src
 
@@ -325,6 +326,8 @@ FUNCTIONS = {
     np.outer: outer, np.real: T.real, np.imag: T.imag, np.astype: _astype,
     np.full_like: full_like, np.zeros_like: zeros_like, np.ones_like: ones_like,
     np.shape: lambda a: a.shape, np.ndim: lambda a: a.ndim, np.size: _size,
+    np.copy: lambda a, order="K", subok=False: _copy(_tensor(a, "copy"), order),
+    **products.FUNCTIONS,
 }
 
 UFUNCS = {
@@ -348,10 +351,9 @@ HINTS = {
     "fmax": "go.maximum (NaN-propagating) or go.where", "fmin": "go.minimum or go.where",
     "prod": "go.exp(go.sum(go.log(x))) for positive x",
     "matrix_transpose": "np.swapaxes(x, -1, -2)",
-    "norm": "go.sqrt(go.sum(go.abs(x) ** 2))", "argmax": "a one-hot via x == x.max(axis, "
+    "argmax": "a one-hot via x == x.max(axis, "
     "keepdims=True)", "concatenate": "separate outputs, or an einsum with selector "
     "matrices", "stack": "separate outputs, or an einsum with selector matrices",
-    "trace": "go.einsum('ii->', x)", "diagonal": "go.einsum('ii->i', x)",
     "logaddexp": "go.logsumexp of the stacked values, or go.log(go.exp(a) + go.exp(b))",
 }
 
@@ -410,9 +412,26 @@ def install(cls) -> None:
     cls.__array_function__ = array_function
     cls.__getitem__ = index
     cls.__getattr__ = _missing_attribute
-    for f in (var, std, clip, squeeze, swapaxes, ravel, dot):
+    for f in (var, std, clip, squeeze, swapaxes, ravel, dot, products.trace,
+              products.diagonal):
         setattr(cls, f.__name__, f)
     cls.flatten = ravel
+    cls.__iter__ = _iterate
+    cls.copy = _copy
+
+
+def _iterate(self):
+    """``for row in x`` and ``a, b = x``: the sub-tensors along the first dim, as NumPy."""
+    if self.ndim == 0:
+        raise GraphError(f"iteration over a 0-d Tensor (shape {self.shape})", op="iter",
+                         src=user_src())
+    return (self[i] for i in range(self.shape[0]))
+
+
+def _copy(self, order="K"):
+    """``x.copy()``: graph values are never written in place, so the value itself."""
+    _refuse("numpy.ndarray.copy", order=(order, "K"))
+    return self
 
 
 install(Tensor)
