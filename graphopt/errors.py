@@ -60,3 +60,12 @@ class InputError(GraphError):
 # result, e.g. an integer to a negative integer power. The interpreter and plans turn them
 # into a GraphError naming the op and the user's source line.
 VALUE_ERRORS = (ValueError, ZeroDivisionError, OverflowError, FloatingPointError)
+
+
+def did_you_mean(name: str, candidates) -> str:
+    """``"; did you mean 'x'?"`` for the candidates closest to a mistyped ``name`` (as
+    ``difflib`` ranks them), or ``""`` where none is close."""
+    import difflib
+
+    close = difflib.get_close_matches(str(name), [str(c) for c in candidates], n=2, cutoff=0.75)
+    return f"; did you mean {' or '.join(map(repr, close))}?" if close else ""

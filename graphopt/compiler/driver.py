@@ -20,7 +20,7 @@ import numpy as np
 from .. import ir
 from ..backends import BACKENDS, get_backend
 from ..contraction.groups import contraction_only
-from ..errors import GraphError
+from ..errors import GraphError, did_you_mean
 from ..frontend.graph import Graph
 from ..observe import progress
 from ..observe.report import OptimizationReport, recomputation
@@ -130,8 +130,11 @@ def _check_options(options: dict, backend_name: str, pass_list, disable) -> None
     if wrong:
         readers = {k: sorted(name for name, b in BACKENDS.items() if k in b.compile_options)
                    for k in wrong}
+        known = _NAMED_OPTIONS + tuple(valid) + tuple(
+            o for b in BACKENDS.values() for o in b.compile_options)
         said = "; ".join(f"{k!r} is read by backend {', '.join(map(repr, r))} only" if r
                          else f"{k!r} is read by no backend or pass"
+                         f"{did_you_mean(k, known).replace('; ', ', ')}"
                          for k, r in readers.items())
         head = "unknown option(s)" if not any(readers.values()) else "option(s)"
         raise GraphError(f"compile: {head} {wrong} for backend {backend_name!r} ({said}); "

@@ -17,7 +17,7 @@ import operator
 
 import numpy as np
 
-from ..errors import GraphError, ShapeError
+from ..errors import GraphError, ShapeError, did_you_mean
 from ..ir import einsum as einsum_mod
 from ..ir import ops
 from . import numpy_products as products
@@ -400,7 +400,8 @@ def array_function(self, func, types, args, kwargs):
 def _missing_attribute(self, name: str):
     if name.startswith("__"):
         raise AttributeError(name)
-    hint = f"; use {HINTS[name]}" if name in HINTS else ""
+    hint = f"; use {HINTS[name]}" if name in HINTS else did_you_mean(
+        name, [a for a in dir(Tensor) if not a.startswith("_")])
     raise AttributeError(f"Tensor has no attribute {name!r} (numpy.ndarray.{name} has no graph "
                          f"op{hint})")
 

@@ -16,7 +16,7 @@ from typing import Callable
 
 import numpy as np
 
-from ..errors import DTypeError, GraphError, ShapeError
+from ..errors import DTypeError, GraphError, ShapeError, did_you_mean
 from . import einsum as einsum_mod
 from .activations import gelu, relu, sigmoid
 from .einsum_numpy import evaluate as einsum_evaluate
@@ -89,7 +89,8 @@ def get_op(name: str) -> OpDef:
     try:
         return OPS[name]
     except KeyError:
-        raise GraphError(f"unknown op {name!r}; known ops: {', '.join(sorted(OPS))}") from None
+        raise GraphError(f"unknown op {name!r}{did_you_mean(name, OPS)} (known ops: "
+                         f"{', '.join(sorted(OPS))})") from None
 
 
 # ---------------------------------------------------------------------------- dtype probing

@@ -43,8 +43,10 @@ def bind_inputs(G: nx.MultiDiGraph, args: Sequence, kwargs: dict) -> list:
         elif isinstance(v, np.ndarray) and not v.dtype.isnative:
             v = v.astype(v.dtype.newbyteorder("="))   # byte-swapped: same values, native order
         if tuple(v.shape) != shape or np.dtype(v.dtype).name != dtype:
+            fix = (f"; pass {name}.astype(np.{dtype}) (graphopt never casts an input "
+                   "silently)" if tuple(v.shape) == shape else "")
             raise InputError(f"input {name!r} expects shape {shape} dtype {dtype}, got shape "
-                             f"{tuple(v.shape)} dtype {np.dtype(v.dtype).name}",
+                             f"{tuple(v.shape)} dtype {np.dtype(v.dtype).name}{fix}",
                              op="input", src=d.get("src"))
         out.append(v)
     return out

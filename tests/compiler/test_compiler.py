@@ -68,7 +68,8 @@ def test_inputs_positional_keyword_and_errors(rng):
         (lambda: plan(x, w, b, q=b), "unexpected input 'q'"),
         (lambda: plan(x, w, x=x, b=b), "both positionally and by name"),
         (lambda: plan(x.T, w, b), "input 'x' expects shape (4, 8) dtype float32, got shape (8, 4)"),
-        (lambda: plan(x.astype("float64"), w, b), "got shape (4, 8) dtype float64"),
+        (lambda: plan(x.astype("float64"), w, b),
+         "got shape (4, 8) dtype float64; pass x.astype(np.float32)"),
         (lambda: plan(x, w, "text"), "input 'b'"),
     ]
     for call, fragment in cases:
@@ -663,3 +664,15 @@ def test_a_plan_larger_than_the_machine_is_refused_before_it_runs(monkeypatch):
     assert plan.predicted_peak_bytes > 100_000
     monkeypatch.setattr(Backend, "memory_bytes", lambda self: None)
     go.compile(g, backend="numpy", cache=False)
+
+
+def test_a_mistyped_option_or_op_gets_a_did_you_mean():
+    from graphopt.ir import ops
+
+    g = go.Graph()
+    g.output(g.input("x", (3,)) * 2)
+    with pytest.raises(go.GraphError, match=r"'bakend' is read by no backend or pass, did you "
+                                            r"mean 'backend'\?"):
+        go.compile(g, bakend="numba")
+    with pytest.raises(go.GraphError, match=r"unknown op 'einsm'; did you mean 'einsum'\?"):
+        ops.get_op("einsm")

@@ -227,6 +227,8 @@ def test_missing_ndarray_method_names_an_alternative():
     with pytest.raises(AttributeError, match="numpy.ndarray.argmax has no graph op; use"):
         x.argmax()
     assert not hasattr(x, "cumsum")
+    with pytest.raises(AttributeError, match="did you mean 'transpose'"):
+        x.transpse()
 
 
 def test_tensor_methods_match_numpy(rng):
