@@ -33,7 +33,7 @@ SECTIONS = [
                                        "logsumexp"]),
     ("Layout", ["reshape", "transpose", "broadcast_to"]),
     ("Compiling and running", ["compile", "Plan", "OptimizationReport", "thread_budget",
-                               "clear_caches"]),
+                               "clear_caches", "debug_nans"]),
     ("Tracing Python functions", ["jit", "disable_jit"]),
     ("Gradients", ["grad", "value_and_grad", "vjp"]),
     ("Saving graphs", ["save", "load"]),

@@ -59,6 +59,7 @@ from .frontend.tensor import (
 )
 from .observe.progress import show_progress
 from .observe.report import OptimizationReport
+from .runtime.nans import debug_nans
 from .runtime.plan import Plan
 from .runtime.threads import thread_budget
 
@@ -69,7 +70,7 @@ _logging.getLogger(__name__).addHandler(_logging.NullHandler())
 
 __all__ = [
     "Graph", "Tensor", "Plan", "OptimizationReport", "compile", "clear_caches", "jit",
-    "contract", "contract_expression", "save",
+    "contract", "contract_expression", "debug_nans", "save",
     "load", "grad", "value_and_grad", "vjp",
     "thread_budget", "disable_jit", "show_progress", "GraphError", "ShapeError",
     "DTypeError", "EinsumError", "InputError",

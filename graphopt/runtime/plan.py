@@ -18,7 +18,7 @@ from ..analysis.call_bytes import plan_objects_bytes
 from ..analysis.liveness import ArenaLayout
 from ..errors import VALUE_ERRORS
 from ..observe import display, progress
-from . import threads
+from . import nans, threads
 from .kernel import Kernel, Step, step_error
 from .signature import bind_inputs, flatten_outputs, restructure
 
@@ -305,10 +305,16 @@ class Plan(StepsIntrospection):
 
         ``clock`` (the profiler's hook, e.g. ``backend.step_clock()``): its ``mark()`` is
         called before the first step and after every step. A step's NumPy error becomes a
-        ``GraphError`` naming the step."""
+        ``GraphError`` naming the step; under ``go.debug_nans`` (``nans``) so does a result
+        holding a NaN or an infinity."""
         i = 0
         try:
-            if clock is None:
+            if clock is None and nans.enabled():
+                for fn, ins, out_slot, i in self._program:
+                    args = [vals[j] for j in ins]
+                    vals[out_slot] = fn(args, outs[i])
+                    nans.check(self.steps[i], vals[out_slot], args, self.graph)
+            elif clock is None:
                 for fn, ins, out_slot, i in self._program:
                     vals[out_slot] = fn([vals[j] for j in ins], outs[i])
             else:
