@@ -24,19 +24,12 @@ from .run import main_per_mode
 
 
 def chain_gradient(layers: int, n: int):
-    """``(go.jit of the gradient, x, w)``."""
-    import numpy as np
-
+    """``(go.grad of workloads.tanh_chain, x, w)``."""
     import graphopt as go
+    from graphopt.workloads import tanh_chain
 
-    def f(x, w):
-        y = x
-        for _ in range(layers):
-            y = np.tanh(y @ w)
-        return np.sum(y)
-
-    rng = np.random.default_rng(0)
-    return go.grad(f), rng.standard_normal((n, n)) * 0.1, rng.standard_normal((n, n)) * 0.05
+    f, x, w = tanh_chain(layers, n)
+    return go.grad(f), x, w
 
 
 def measure(layers: int, n: int, limits) -> list[dict]:

@@ -250,5 +250,19 @@ def small(n: int = 16, seed=None) -> Workload:
                     reference, rtol=1e-4)
 
 
+def tanh_chain(layers: int = 12, n: int = 256, seed=None):
+    """``(f, x, w)``: ``f(x, w) = sum(tanh(...tanh(x @ w)... @ w))`` in NumPy (``layers``
+    deep, float64 ``n x n``), whose gradient holds every layer's value for the backward pass
+    (what recomputation under ``memory_limit`` is measured on), and its inputs."""
+    def f(x, w):
+        y = x
+        for _ in range(layers):
+            y = np.tanh(y @ w)
+        return np.sum(y)
+
+    r = _rng(0 if seed is None else seed)
+    return f, r.standard_normal((n, n)) * 0.1, r.standard_normal((n, n)) * 0.05
+
+
 ALL = {"mlp": mlp, "attention": attention, "chain": chain, "mps_ring": mps_ring,
        "elementwise": elementwise, "redundant": redundant, "small": small}

@@ -41,22 +41,17 @@ from ..contraction.paths import (
 )
 from ..contraction.search import budget as search_budget
 from ..contraction.search.choose import (
-    ANYTIME,
     GivenPath,
     best_path,
-    fallbacks,
+    fits_limit,
     optimizer_for,
     search,
+    searched,
 )
 from ..contraction.value import Contraction
 from ..errors import GraphError
 from ..ir import einsum as einsum_mod
 from .manager import PassResult, register_pass
-
-# Greedy under a limit is opt_einsum's branch search, cubic in the operand count: on larger
-# groups plain greedy runs and the limit is checked afterwards.
-LIMIT_GREEDY_MAX = 64
-
 
 # ------------------------------------------------------------------------------------- pass
 
@@ -146,45 +141,6 @@ def _needs_slicing(m: Merged, rec: dict, best: Steps, itemsize: int, memory_limi
     return Steps(best.path, whole, best.flops, best.largest, False, best.write)
 
 
-def _fits(s: Steps | None, limit: int | None) -> bool:
-    """Whether ``s`` is pairwise with every intermediate within ``limit`` elements."""
-    return s is not None and s.pairwise and (limit is None or s.largest <= limit)
-
-
-def _searched(m: Merged, d: dict, limit: int | None, fn, name: str, free: Steps | None):
-    """``(found, greedy, name)``: the best path ``fn`` (then, where it does not fit the
-    limit, each fallback) and greedy find, by ``Steps.combo``; greedy's own path (None for
-    two operands or the anytime search, which starts from it); the searchers' names."""
-    def attempt(f):
-        # opt_einsum's limit covers the final result too, which exists in any order: the
-        # branch searches exempt a last pair that exceeds it, dynamic programming does not.
-        # Greedy under a limit is opt_einsum's branch search, cubic in the operand count:
-        # on large groups run plain greedy and check the limit afterwards. The anytime
-        # search takes no limit: its path is checked afterwards.
-        lim = limit
-        if limit is None or f is ANYTIME:
-            return free
-        if f is oe_paths.dynamic_programming or isinstance(f, oe_paths.DynamicProgramming):
-            lim = max(limit, math.prod(d["shape"]))
-        elif f is oe_paths.greedy and len(m.terms) > LIMIT_GREEDY_MAX:
-            return free
-        return search(f, m.terms, m.output, m.sizes, lim)
-
-    found = attempt(fn)
-    if limit is not None and not _fits(found, limit):
-        for alt in fallbacks(len(m.terms)):
-            s = attempt(oe_paths.get_path_fn(alt))
-            if _fits(s, limit) and (not _fits(found, limit) or s.combo < found.combo):
-                found, name = s, f"{name}, then {alt}"
-    # opt_einsum's searchers rank by their own count; greedy's path can cost less by ours
-    # (the anytime search starts from it already)
-    greedy = search(oe_paths.greedy, m.terms, m.output, m.sizes, None) \
-        if len(m.terms) > 2 and fn is not ANYTIME else None
-    if _fits(greedy, limit) and (not _fits(found, limit) or greedy.combo < found.combo):
-        found, name = greedy, f"{name}, then greedy"
-    return found, greedy, name
-
-
 def _plan_group(G, group: list[int], ctx) -> tuple[Merged, dict, Steps | None, Steps | None]:
     """Decide what to do with one group: ``(merged, record, steps, whole)``; ``steps`` is
     None where the user's nodes stay; ``whole``, under ``memory_limit``, the path it takes
@@ -214,9 +170,10 @@ def _plan_group(G, group: list[int], ctx) -> tuple[Merged, dict, Steps | None, S
         name = search_rec["searcher"]
 
     def fits(s):
-        return _fits(s, limit)
+        return fits_limit(s, limit)
 
-    found, greedy, name = _searched(m, d, limit, fn, name, free)
+    found, greedy, name = searched(m.terms, m.output, m.sizes, math.prod(d["shape"]), limit,
+                                   fn, name, free)
     user_fits = limit is None or user_largest <= limit
 
     def allowed(flops):

@@ -11,6 +11,7 @@ from graphopt.errors import GraphError
 from graphopt.passes import PassContext, PassManager, pipeline_for
 from graphopt.passes.rematerialize import arena_bytes, rematerialize
 from graphopt.testing import assert_grad_correct
+from graphopt.workloads import tanh_chain
 
 
 def deep_tanh(layers=6, batch=64, width=128, dtype="float32"):
@@ -175,14 +176,9 @@ def test_a_refusal_below_opt_level_2_names_the_passes_that_fit_a_limit(opt_level
 
 
 def tanh_chain_gradient(layers=12, n=256):
-    """``d/dx sum(tanh(...tanh(x @ w)... @ w))``: each value is an n x n float64 array."""
-    def f(x, w):
-        y = x
-        for _ in range(layers):
-            y = np.tanh(y @ w)
-        return np.sum(y)
-    rng = np.random.default_rng(0)
-    return go.grad(f), rng.standard_normal((n, n)) * 0.1, rng.standard_normal((n, n)) * 0.05
+    """The gradient of ``workloads.tanh_chain``: each value is an n x n float64 array."""
+    f, x, w = tanh_chain(layers, n)
+    return go.grad(f), x, w
 
 
 def test_a_deep_chain_where_no_single_eviction_helps_fits_by_checkpointing():

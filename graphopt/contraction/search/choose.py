@@ -23,6 +23,9 @@ AUTO_DP_MAX = 12
 # two-way branch search are tried up to these sizes.
 LIMIT_DP_MAX = 16
 LIMIT_BRANCH_MAX = 10
+# Greedy under a limit is opt_einsum's branch search, cubic in the operand count: on larger
+# groups plain greedy runs and the limit is checked afterwards.
+LIMIT_GREEDY_MAX = 64
 
 ANYTIME = "anytime"   # optimizer_for's answer for the anytime search (``anytime.find_path``)
 
@@ -111,3 +114,43 @@ def best_path(terms, output: str, sizes: dict, optimize="auto", time_budget=None
         return anytime.find_path(terms, output, sizes, time_budget=time_budget, cache=cache,
                                  **kw)
     return search(fn, terms, output, sizes, None), None
+
+
+def fits_limit(s: Steps | None, limit: int | None) -> bool:
+    """Whether ``s`` is pairwise with every intermediate within ``limit`` elements."""
+    return s is not None and s.pairwise and (limit is None or s.largest <= limit)
+
+
+def searched(terms, output: str, sizes: dict, result_size: int, limit: int | None, fn,
+             name: str, free: Steps | None) -> tuple[Steps | None, Steps | None, str]:
+    """``(found, greedy, name)``: the best path by ``Steps.combo`` that ``fn`` (then, where
+    it does not fit the limit in elements, each fallback) and greedy find; greedy's own path
+    (None for two operands or the anytime search, which starts from it); the searchers'
+    names. ``free``: ``fn``'s path without a limit; ``result_size``: the result's
+    elements."""
+    def attempt(f):
+        # opt_einsum's limit covers the final result too, which exists in any order: the
+        # branch searches exempt a last pair that exceeds it, dynamic programming does not.
+        # The anytime search takes no limit: its path is checked afterwards.
+        lim = limit
+        if limit is None or f is ANYTIME:
+            return free
+        if f is oe_paths.dynamic_programming or isinstance(f, oe_paths.DynamicProgramming):
+            lim = max(limit, result_size)
+        elif f is oe_paths.greedy and len(terms) > LIMIT_GREEDY_MAX:
+            return free
+        return search(f, terms, output, sizes, lim)
+
+    found = attempt(fn)
+    if limit is not None and not fits_limit(found, limit):
+        for alt in fallbacks(len(terms)):
+            s = attempt(oe_paths.get_path_fn(alt))
+            if fits_limit(s, limit) and (not fits_limit(found, limit) or s.combo < found.combo):
+                found, name = s, f"{name}, then {alt}"
+    # opt_einsum's searchers rank by their own count; greedy's path can cost less by ours
+    # (the anytime search starts from it already)
+    greedy = search(oe_paths.greedy, terms, output, sizes, None) \
+        if len(terms) > 2 and fn is not ANYTIME else None
+    if fits_limit(greedy, limit) and (not fits_limit(found, limit) or greedy.combo < found.combo):
+        found, name = greedy, f"{name}, then greedy"
+    return found, greedy, name
