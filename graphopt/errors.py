@@ -56,6 +56,12 @@ class InputError(GraphError):
     """Wrong, missing or extra inputs to a compiled plan, or malformed serialized graphs."""
 
 
+class OutOfRange(ShapeError, IndexError):
+    """An index past the end of a dim: a ``ShapeError`` that is also the ``IndexError``
+    NumPy raises, so code written for arrays (``try: x[i] except IndexError``, and Python's
+    old iteration protocol) behaves the same on a Tensor."""
+
+
 # What NumPy (and the generated kernels, which follow it) raise for a value that has no
 # result, e.g. an integer to a negative integer power. The interpreter and plans turn them
 # into a GraphError naming the op and the user's source line.

@@ -17,7 +17,7 @@ import operator
 
 import numpy as np
 
-from ..errors import GraphError, ShapeError, did_you_mean
+from ..errors import GraphError, OutOfRange, ShapeError, did_you_mean
 from ..ir import einsum as einsum_mod
 from ..ir import ops
 from . import numpy_products as products
@@ -103,7 +103,7 @@ def index(x: Tensor, key) -> Tensor:
         else:
             i = operator.index(k)
             if not -d <= i < d:
-                raise ShapeError(f"index {i} is out of bounds for axis {dim} with size {d} "
+                raise OutOfRange(f"index {i} is out of bounds for axis {dim} with size {d} "
                                  f"(shape {x.shape})", op="getitem", src=src)
             window.append((i % d, 1, 1))
         dim += 1

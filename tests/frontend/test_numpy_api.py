@@ -301,3 +301,12 @@ def test_products_name_what_has_no_graph_form(call, match):
     g = go.Graph()
     with pytest.raises(go.GraphError, match=match):
         call(g.input("a", (3, 4), "float64"))
+
+
+def test_an_index_past_the_end_is_numpy_s_index_error():
+    g = go.Graph()
+    x = g.input("x", (3, 4), "float64")
+    with pytest.raises(IndexError, match="index 3 is out of bounds for axis 0 with size 3"):
+        x[3]
+    with pytest.raises(go.GraphError):          # ... and a GraphError, as every bad input
+        x[0, -5]
