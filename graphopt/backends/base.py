@@ -151,9 +151,10 @@ class Backend:
         """What node ``n``'s kernel's call will allocate beyond its workspace (its objects
         and temporaries, ``analysis.call_bytes``), known before any kernel is built: an
         einsum run along its path, nothing more; any other node, the reference
-        interpreter's NumPy calls."""
-        if G.nodes[n]["op"] == "einsum":
-            return 0
+        interpreter's NumPy calls; nothing on a device backend (``host_arrays`` False), whose
+        peak is its device memory's."""
+        if G.nodes[n]["op"] == "einsum" or not self.host_arrays:
+            return 0      # (a device's peak holds no host objects)
         return kernel_call_bytes(REFERENCE_IMPL, member_ops(G, n))
 
     def copy_kernel(self, shape, dtype) -> Kernel:

@@ -227,7 +227,8 @@ def compile(graph, backend: str = "auto", opt_level: int = 2, memory_limit=None,
     ctx = PassContext(opt_level=opt_level, memory_limit=memory_limit, optimize=optimize,
                       backend=backend_name, options=dict(options), debug=bool(debug),
                       whole_contraction=whole, slices_at_once=backend_obj.slices_at_once,
-                      rates=backend_obj.rates, workspace_of=_beside_arena(backend_obj))
+                      rates=backend_obj.rates, workspace_of=_beside_arena(backend_obj),
+                      host_objects=backend_obj.host_arrays)
     source = G   # (a builder lends its own graph: passes never change their input)
     unsupported = {name: f"backend {backend_name!r} {why}"
                    for name, why in backend_obj.unsupported_passes.items()}

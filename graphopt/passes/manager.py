@@ -75,6 +75,9 @@ class PassContext:
     # workspace and its call's objects): the ``rematerialize`` pass keeps the largest free
     # of the arena it plans
     workspace_of: Callable | None = field(default=None, repr=False)
+    # Whether the plan's peak counts the call's host objects (``call_bytes``): a host
+    # backend's does; a device's peak is its device memory (``Backend.host_arrays``)
+    host_objects: bool = True
     # ``cost.graph_flops`` of this compile's graphs, by identity (each graph held with its
     # count, so no id is reused): the contraction pass and the report count the same ones
     counted_flops: dict = field(default_factory=dict, repr=False)

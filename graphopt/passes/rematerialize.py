@@ -115,8 +115,9 @@ def workspace_reserve(G: nx.MultiDiGraph, ctx) -> int:
     if ctx.workspace_of is None:
         return 0
     steps = [n for n, d in G.nodes(data=True) if d["op"] not in ("input", "const")]
-    most = max((ctx.workspace_of(G, n) for n in steps), default=0) + plan_objects_bytes(
-        len(steps), len(G.graph["inputs"]), len(G.graph["outputs"]))
+    most = max((ctx.workspace_of(G, n) for n in steps), default=0) + (plan_objects_bytes(
+        len(steps), len(G.graph["inputs"]), len(G.graph["outputs"])) if ctx.host_objects
+        else 0)
     return most if most < ctx.memory_limit else 0
 
 

@@ -70,7 +70,8 @@ SLICE_HEADROOM = 0.9
 
 
 def _slice_node(G, n, limit: int, optimize, budget: int = 1, options=None,
-                spent: float = 0.0, rates: Rates = HOST_RATES) -> dict | None:
+                spent: float = 0.0, rates: Rates = HOST_RATES,
+                host_objects: bool = True) -> dict | None:
     """The slicing record of node ``n`` (None where its path already runs within its share
     of ``limit``; see the module docstring).
 
@@ -91,8 +92,8 @@ def _slice_node(G, n, limit: int, optimize, budget: int = 1, options=None,
     shapes, dtypes, path = list(held.shapes), list(held.operand_dtypes), list(held.path)
     # (the call's objects as a plan of one step holds them: fusion has yet to merge the
     # other nodes into the steps the plan runs; the compile's check counts them all)
-    share = limit - held_around(G, n) - plan_objects_bytes(
-        1, len(G.graph["inputs"]), len(G.graph["outputs"]))
+    share = limit - held_around(G, n) - (plan_objects_bytes(
+        1, len(G.graph["inputs"]), len(G.graph["outputs"])) if host_objects else 0)
     whole = held.workspace_bytes
     if whole <= share:
         return None
@@ -187,7 +188,7 @@ def slicing(G: nx.MultiDiGraph, ctx) -> PassResult:
             if ctx.slices_at_once else 1
         for n in candidates:
             rec = _slice_node(G, n, int(limit), ctx.optimize, budget, ctx.options,
-                              ctx.path_seconds.get(n, 0.0), ctx.rates)
+                              ctx.path_seconds.get(n, 0.0), ctx.rates, ctx.host_objects)
             if rec is None:
                 continue
             if rec["slices"]:

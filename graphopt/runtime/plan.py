@@ -195,7 +195,10 @@ class Plan(StepsIntrospection):
     @property
     def objects_bytes(self) -> int:
         """The objects one call holds throughout (``analysis.call_bytes``): views, slot
-        lists, bound inputs, the output structure."""
+        lists, bound inputs, the output structure. Host memory: counted where the backend
+        computes in it (``Backend.host_arrays``); a device plan's peak is its device's."""
+        if not self.backend.host_arrays:
+            return 0
         return plan_objects_bytes(len(self.steps), len(self._names), len(self._output_slots))
 
     @property
