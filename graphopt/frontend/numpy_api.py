@@ -20,6 +20,7 @@ import numpy as np
 from ..errors import GraphError, OutOfRange, ShapeError, did_you_mean
 from ..ir import einsum as einsum_mod
 from ..ir import ops
+from . import numpy_compositions as compositions
 from . import numpy_products as products
 from . import tensor as T
 from .tensor import Tensor, user_src
@@ -338,6 +339,7 @@ UFUNCS = {
     np.positive: lambda x: x, np.absolute: T.abs, np.exp: T.exp, np.log: T.log,
     np.sqrt: T.sqrt, np.tanh: T.tanh, np.sin: T.sin, np.cos: T.cos, np.square: T.square,
     np.reciprocal: T.reciprocal, np.conjugate: T.conj, np.matmul: T.matmul,
+    **compositions.UFUNCS,
 }
 
 # ``ufunc.reduce`` of these is a graph reduction
@@ -347,7 +349,7 @@ _UFUNC_REDUCTIONS = {np.add: T.sum, np.maximum: T.max, np.minimum: T.min}
 HINTS = {
     "log1p": "go.log(1 + x)", "expm1": "go.exp(x) - 1", "exp2": "2.0 ** x",
     "log2": "go.log(x) / math.log(2)", "log10": "go.log(x) / math.log(10)",
-    "tan": "go.sin(x) / go.cos(x)", "sign": "go.where(x > 0, 1, 0) - go.where(x < 0, 1, 0)",
+    "tan": "go.sin(x) / go.cos(x)",
     "fmax": "go.maximum (NaN-propagating) or go.where", "fmin": "go.minimum or go.where",
     "prod": "go.exp(go.sum(go.log(x))) for positive x",
     "matrix_transpose": "np.swapaxes(x, -1, -2)",
