@@ -164,6 +164,17 @@ def test_a_call_allocates_the_predicted_peak(make, backend):
     assert abs(got - want) <= 0.1 * want + 2**14, (got, want)
 
 
+@pytest.mark.parametrize("form", ["numba-fused", "numpy-blocked"])
+def test_either_form_timing_can_pick_allocates_its_predicted_peak(form):
+    # a group large enough to be timed runs as the faster of the two: the NumPy-blocked
+    # form's scratch (a worker's temporaries) is its declared workspace
+    w = workloads.elementwise(n=1 << 18)
+    plan = go.compile(w.build(), backend="numba", kernel_forms={"fused": form}, cache=False)
+    assert [s.kernel.impl for s in plan.steps] == [form]
+    got, want = plan.measure_peak_bytes(**w.inputs), plan.predicted_peak_bytes
+    assert abs(got - want) <= 0.1 * want + 2**14, (got, want)
+
+
 @pytest.mark.parametrize("backend", ["numpy", "numba"])
 @pytest.mark.parametrize("dtype", ["int64", "int16", "bool", "float16"])
 @pytest.mark.parametrize("opt_level", [0, 2])

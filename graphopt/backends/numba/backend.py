@@ -105,13 +105,30 @@ def _workspace_bytes(backend, G, n) -> int:
     if d["op"] == "einsum":
         return Backend.workspace_bytes(backend, G, n)
     if d["op"] == "fused":
-        sub = d["attrs"]["graph"]
-        if d["attrs"]["pattern"] != "contraction":
-            return 0
-        return max((Backend.workspace_bytes(backend, sub, m) for m in sub.nodes
-                    if sub.nodes[m]["op"] == "einsum"), default=0)
+        sub, pattern = d["attrs"]["graph"], d["attrs"]["pattern"]
+        # a group large enough to be timed may run as NumPy-blocked: its scratch
+        blocked = _blocked_workspace_bytes(sub, pattern) if pattern in (
+            "elementwise", "contraction") and math.prod(d["shape"]) >= MEASURE_MIN_ELEMENTS \
+            else 0
+        if pattern != "contraction":
+            return blocked
+        return max([blocked] + [Backend.workspace_bytes(backend, sub, m) for m in sub.nodes
+                                if sub.nodes[m]["op"] == "einsum"])
     f = ops.UNARY_FUNCS.get(d["op"]) or ops.BINARY_FUNCS.get(d["op"])
     return 0 if isinstance(f, np.ufunc) else reference_workspace_bytes(G, n)
+
+
+def _blocked_workspace_bytes(sub, pattern: str) -> int:
+    """The scratch a group's NumPy-blocked form would allocate (0 where it has none)."""
+    from .kernels.blocked import _BlockedSource
+    from .kernels.expressions import UnsupportedKernel
+
+    try:
+        gen = _BlockedSource(sub, pattern, False)
+        gen.block_body()
+    except UnsupportedKernel:
+        return 0
+    return gen.workspace_bytes()
 
 
 def _tiled_timing(G, n, ctx):
@@ -180,7 +197,9 @@ def fused_kernel(G, n, opt_level: int, fast_math: bool, forms=None,
         body, impl, cdetails, csource = contraction_with_epilogue(G, n, k, opt_level,
                                                                   forms["contraction"], rates)
         details["contraction_reason"] = cdetails.pop("reason")   # "reason": the epilogue's
+        epilogue_ws = details.get("workspace_bytes", 0)          # (runs after the product)
         details.update(cdetails)
+        details["workspace_bytes"] = max(details.get("workspace_bytes", 0), epilogue_ws)
         source = f"{csource}\n# then the epilogue, in place on out:\n{k.source}"
         impl = f"{impl}+{k.impl}"
     else:

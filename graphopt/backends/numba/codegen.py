@@ -160,7 +160,8 @@ def build_numpy_blocked(sub: nx.MultiDiGraph, pattern: str, *,
             k = GeneratedKernel(name="", fn=mod.run, source=src, pattern=pattern,
                                 impl="numpy-blocked", inplace_ok=gen.inplace_ok,
                                 details={"blocks": gen.nblocks, "block_rows": gen.bs,
-                                         "parallel": gen.parallel, "module": mod.__file__})
+                                         "parallel": gen.parallel, "module": mod.__file__,
+                                         "workspace_bytes": gen.workspace_bytes()})
             if gen.einsum is not None:
                 ins = list(sub.graph["inputs"])
                 k.einsum_node = gen.einsum

@@ -6,6 +6,7 @@ compiles it."""
 from __future__ import annotations
 
 import math
+import os
 
 import numpy as np
 
@@ -96,6 +97,13 @@ class _BlockedSource(_Source):
                                  "casting='unsafe')"]
         raise UnsupportedKernel(f"no NumPy-blocked form for op {op!r}")
 
+    def workspace_bytes(self) -> int:
+        """What a call allocates beside ``out``: each worker's scratch (after
+        ``module``), a worker per core at most where the blocks run in parallel (an upper
+        bound: the call's thread budget may give fewer)."""
+        workers = min(self.nblocks, os.cpu_count() or 1) if self.parallel else 1
+        return self.scratch_bytes * workers
+
     def _scratch(self, dims, dt):
         return tuple((self.bs if c == 0 else self.cext[c]) if c in dims else 1
                      for c in range(len(self.cext)))
@@ -110,6 +118,7 @@ class _BlockedSource(_Source):
                     last[a] = tid
         free: dict = {}
         buf_of, allocs, body = {}, [], []
+        self.scratch_bytes = 0     # what one worker's scratch holds (``workspace_bytes``)
         name = {}
         for tid, dt, dims, writer, args in self.steps:
             ex = [name[a] if isinstance(a, int) else a for a in args]
@@ -123,6 +132,7 @@ class _BlockedSource(_Source):
                 else:
                     b = f"s{len(allocs)}"
                     allocs.append(f"{b} = np.empty({shape}, {_T[dt]})")
+                    self.scratch_bytes += math.prod(shape) * np.dtype(dt).itemsize
                 buf_of[tid] = (b, shape, dt)
                 o = f"{b}[:n]" if 0 in dims else b
             body += writer(o, ex)
